@@ -1,0 +1,291 @@
+"""The audit pipeline: source -> declaration -> resolver -> cross-check -> report."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+
+from .arms import arm_rows, parse_gpu
+from .crosscheck import check_all
+from .declarations import Declaration, read_declaration
+from .engines.profile import Profile, load_profile, resolve_env
+from .errors import UsageError
+from .findings import Finding, Severity, finding
+from .integrity import check_integrity
+from .inventory import ModuleInfo, build_inventory
+from .operands import OperandKind, classify_operand, split_name
+from .report.model import (
+    Bucket,
+    DeclarationInfo,
+    EngineInfo,
+    FindingRow,
+    KvInfo,
+    ModuleRow,
+    Report,
+    SchemeInfo,
+    SourceInfo,
+    Totals,
+)
+from .resolver import EXCLUDED, UNLISTED, Membership, resolve
+from .sources import Checkpoint, open_source
+
+KV_CACHE = "kv_cache"
+UNCLASSIFIED = "unclassified"
+SPECIAL_BUCKETS = (EXCLUDED, UNLISTED, KV_CACHE, UNCLASSIFIED)
+
+DEFAULT_ENGINE = "name-probe"
+
+
+def audit(
+    source: str | Checkpoint,
+    *,
+    engine: str | Profile = DEFAULT_ENGINE,
+    env: Mapping[str, str] | None = None,
+    gpu: str | None = None,
+    require_pinned: bool = False,
+) -> Report:
+    """Audit a checkpoint (a path, a manifest, ``owner/name@sha``, or a loaded Checkpoint)."""
+    profile = engine if isinstance(engine, Profile) else load_profile(engine)
+    settings = resolve_env(profile, dict(env or {}))
+    try:
+        capability = parse_gpu(gpu) if gpu else None
+    except ValueError as exc:
+        raise UsageError("--gpu", str(exc)) from None
+    checkpoint = (
+        source
+        if isinstance(source, Checkpoint)
+        else open_source(source, require_pinned=require_pinned)
+    )
+    return _audit(checkpoint, profile, settings, gpu, capability)
+
+
+def _audit(
+    checkpoint: Checkpoint,
+    profile: Profile,
+    env: dict[str, str],
+    gpu_label: str | None,
+    gpu: int | None,
+) -> Report:
+    integrity, findings = check_integrity(checkpoint)
+    declaration = read_declaration(checkpoint.documents)
+    findings.extend(declaration.findings)
+    findings.extend(_declaration_refusals(declaration, checkpoint))
+    tensors = [entry for shard in checkpoint.shards for entry in shard.tensors]
+    modules = build_inventory(tensors)
+    resolution = resolve(declaration, modules)
+    memberships = resolution.memberships
+    findings.extend(resolution.findings)
+    spellings, refusals = check_all(declaration, modules, memberships)
+    findings.extend(refusals)
+    if checkpoint.has_weights:
+        findings.extend(
+            finding(
+                "declared-module-missing",
+                f"{key} is listed in the declaration and no tensor of it is shipped",
+                module=key,
+            )
+            for key in resolution.unmatched
+        )
+    arms, arm_findings = arm_rows(profile, env, gpu, declaration, modules, memberships, spellings)
+    findings.extend(arm_findings)
+    kv_tensors = [t for t in tensors if _operand_kind(t.name) is OperandKind.KV]
+    findings.extend(_kv_findings(declaration, len(kv_tensors), checkpoint.has_weights))
+    findings.extend(_input_scale_notes(declaration, modules, memberships))
+    buckets = _buckets(declaration, modules, memberships, len(tensors))
+    rows = sorted(set(findings), key=lambda f: (-f.severity.rank, f.code, f.module, f.tensor))
+    by_severity: dict[Severity, list[FindingRow]] = defaultdict(list)
+    for f in rows:
+        by_severity[f.severity].append(
+            FindingRow(
+                code=f.code,
+                severity=f.severity.value,
+                module=f.module,
+                tensor=f.tensor,
+                message=f.message,
+            )
+        )
+    verdict = (
+        "refused"
+        if by_severity[Severity.REFUSAL]
+        else "warnings"
+        if by_severity[Severity.WARNING]
+        else "clean"
+    )
+    origin = checkpoint.origin
+    return Report(
+        verdict=verdict,
+        source=SourceInfo(
+            kind=origin.kind, location=origin.location, repo=origin.repo, revision=origin.revision
+        ),
+        declaration=_declaration_info(declaration, len(kv_tensors)),
+        engine=EngineInfo(name=profile.name, routing=profile.routing, env=env, gpu=gpu_label),
+        totals=Totals(tensors=len(tensors), modules=len(modules), shards=len(checkpoint.shards)),
+        buckets=buckets,
+        arms=arms,
+        refusals=by_severity[Severity.REFUSAL],
+        warnings=by_severity[Severity.WARNING],
+        notes=by_severity[Severity.INFO],
+        integrity=integrity,
+        modules=[
+            ModuleRow(
+                module=name,
+                bucket=memberships[name].bucket,
+                how=memberships[name].how,
+                rule=memberships[name].rule,
+                tensors=len(info.operands),
+                shipped=spellings[name].family if name in spellings else "kv-only",
+            )
+            for name, info in sorted(modules.items())
+        ],
+    )
+
+
+def _operand_kind(name: str) -> OperandKind:
+    return classify_operand(split_name(name)[1])
+
+
+def _declaration_refusals(declaration: Declaration, checkpoint: Checkpoint) -> list[Finding]:
+    if declaration.family == "unreadable":
+        return [
+            finding(
+                "declaration-unreadable",
+                f"{declaration.source}: {declaration.reason}; nothing was resolved and "
+                "the checkpoint is not treated as unquantized",
+            )
+        ]
+    if declaration.family == "absent" and not checkpoint.has_weights:
+        names = ", ".join(sorted(checkpoint.documents)) or "the source"
+        return [finding("declaration-unreadable", f"{names} holds no quantization declaration")]
+    return []
+
+
+def _kv_findings(declaration: Declaration, shipped: int, has_weights: bool) -> list[Finding]:
+    if not has_weights:
+        return []
+    if declaration.kv is not None and shipped == 0:
+        return [
+            finding(
+                "kv-scales-missing",
+                f"{declaration.kv.where} declares a {declaration.kv.algo} KV cache and no "
+                "k_scale/v_scale is shipped; engines fall back to a scale of 1.0 or fail",
+            )
+        ]
+    if declaration.kv is None and shipped:
+        return [
+            finding(
+                "kv-scales-undeclared",
+                f"{shipped} KV-cache scales are shipped and no quantized KV cache is "
+                "declared; they are counted in the kv_cache bucket only",
+            )
+        ]
+    return []
+
+
+def _input_scale_notes(
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+) -> list[Finding]:
+    counts: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    for name, info in modules.items():
+        scheme = declaration.schemes.get(memberships[name].bucket)
+        if scheme is None or not scheme.weight_only or info.kind != "linear":
+            continue
+        totals[scheme.name] += 1
+        if "input_scale" in info.operands or "input_global_scale" in info.operands:
+            counts[scheme.name] += 1
+    return [
+        finding(
+            "input-scale-unread",
+            f"{scheme}: declared weight-only, and {count}/{totals[scheme]} modules ship an "
+            "input scale that a weight-only arm does not read",
+        )
+        for scheme, count in sorted(counts.items())
+    ]
+
+
+def _buckets(
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+    total: int,
+) -> list[Bucket]:
+    tensors: Counter[str] = Counter()
+    module_sets: dict[str, set[str]] = defaultdict(set)
+    how: dict[str, Counter[str]] = defaultdict(Counter)
+    for name, info in modules.items():
+        membership = memberships[name]
+        for operand in info.operands:
+            kind = classify_operand(operand)
+            bucket = (
+                KV_CACHE
+                if kind is OperandKind.KV
+                else UNCLASSIFIED
+                if kind is OperandKind.UNCLASSIFIED
+                else membership.bucket
+            )
+            tensors[bucket] += 1
+            if name not in module_sets[bucket]:
+                module_sets[bucket].add(name)
+                if bucket not in (KV_CACHE, UNCLASSIFIED):
+                    how[bucket][membership.how] += 1
+    counted = sum(tensors.values())
+    if counted != total:
+        raise AssertionError(f"buckets hold {counted} tensors of {total}")
+    order = [*declaration.schemes, *SPECIAL_BUCKETS]
+    descriptions = {name: scheme.describe() for name, scheme in declaration.schemes.items()}
+    descriptions.update(
+        {
+            EXCLUDED: "declared unquantized by an exclude or ignore rule",
+            UNLISTED: "matched by no rule: unquantized",
+            KV_CACHE: "k/v (and q) cache scales",
+            UNCLASSIFIED: "quantization-looking operands of no known family",
+        }
+    )
+    extra = sorted(set(tensors) - set(order))
+    return [
+        Bucket(
+            scheme=name,
+            description=descriptions.get(name, ""),
+            tensors=tensors[name],
+            modules=len(module_sets[name]),
+            membership=dict(sorted(how[name].items())),
+        )
+        for name in [*order, *extra]
+        if name in (UNLISTED, KV_CACHE, UNCLASSIFIED)
+        or tensors[name]
+        or name in declaration.schemes
+    ]
+
+
+def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationInfo:
+    rules: dict[str, int] = {}
+    if declaration.modelopt is not None:
+        if declaration.modelopt.layers is not None:
+            rules["quantized_layers"] = len(declaration.modelopt.layers)
+        rules["exclude_modules"] = len(declaration.modelopt.excludes)
+    if declaration.compressed_tensors is not None:
+        rules["targets"] = len(declaration.compressed_tensors.targets)
+        rules["ignore"] = len(declaration.compressed_tensors.ignore)
+    return DeclarationInfo(
+        family=declaration.family,
+        source=declaration.source,
+        method=declaration.method,
+        algo=declaration.algo,
+        producer=declaration.producer,
+        schemes=[
+            SchemeInfo(
+                name=s.name, description=s.describe(), declared_arm=s.declared_arm, family=s.family
+            )
+            for s in declaration.schemes.values()
+        ],
+        rules=rules,
+        kv_cache=KvInfo(
+            algo=declaration.kv.algo, where=declaration.kv.where, scales_shipped=kv_shipped
+        )
+        if declaration.kv
+        else None,
+        considered=list(declaration.considered),
+        reason=declaration.reason,
+    )

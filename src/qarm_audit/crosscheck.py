@@ -1,0 +1,284 @@
+"""Cross-check every module's shipped operands against its declared scheme; refuse by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .declarations import Declaration, Scheme
+from .findings import Finding, finding
+from .inventory import ModuleInfo
+from .operands import KV_OPERANDS, OperandKind, classify_operand
+from .resolver import Membership
+from .sources.checkpoint import TensorEntry
+from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand a scheme expects: its name, dtypes, and shape as a function of [out, in]."""
+
+    name: str
+    dtypes: frozenset[str] | None
+    shape: str
+    """``[]`` scalar (one element), ``out,in``, ``out,in/2``, ``out,in/g``, ``out``, ``any``."""
+    required: bool = True
+
+
+INHERITED = frozenset({"prefix", "experts-parent"})
+"""Memberships a module inherits from listed children rather than being named itself."""
+
+F32 = frozenset({"F32"})
+FLOAT = frozenset({"F32", "BF16", "F16"})
+E8M0 = frozenset({"U8", "F8_E8M0"})
+
+
+def contract(scheme: Scheme) -> list[Operand] | None:
+    """The operands a scheme's producer writes, or None when qarm has no contract for it."""
+    static = scheme.static_activations
+    if scheme.producer == "modelopt":
+        if scheme.family == "fp8":
+            weight = Operand("weight", FP8_DTYPES, "out,in")
+            if scheme.weight_strategy == "tensor":
+                return [
+                    weight,
+                    Operand("weight_scale", F32, "[]"),
+                    Operand("input_scale", F32, "[]", required=static),
+                ]
+            if scheme.weight_strategy == "channel":
+                return [weight, Operand("weight_scale", F32, "out")]
+            return [weight, Operand("weight_scale", F32, "any")]
+        if scheme.family == "nvfp4":
+            return [
+                Operand("weight", frozenset({"U8"}), "out,in/2"),
+                Operand("weight_scale", frozenset({"F8_E4M3"}), "out,in/g"),
+                Operand("weight_scale_2", F32, "[]"),
+                Operand("input_scale", F32, "[]", required=static),
+            ]
+        if scheme.family == "mxfp8":
+            return [
+                Operand("weight", FP8_DTYPES, "out,in"),
+                Operand("weight_scale", E8M0, "out,in/g"),
+            ]
+        return None
+    if scheme.family == "fp8":
+        shape = {"tensor": "[]", "channel": "out,1", "group": "out,in/g"}.get(
+            scheme.weight_strategy or "", "any"
+        )
+        return [
+            Operand("weight", FP8_DTYPES, "out,in"),
+            Operand("weight_scale", FLOAT, shape),
+            Operand(
+                "input_scale",
+                FLOAT,
+                "[]" if scheme.activation_strategy == "tensor" else "any",
+                required=static,
+            ),
+        ]
+    if scheme.family == "nvfp4":
+        return [
+            Operand("weight_packed", frozenset({"U8"}), "out,in/2"),
+            Operand("weight_scale", frozenset({"F8_E4M3"}), "out,in/g"),
+            Operand("weight_global_scale", F32, "[]"),
+            Operand("input_global_scale", F32, "[]", required=static),
+        ]
+    if scheme.family == "int" and scheme.format == "pack-quantized":
+        return [
+            Operand("weight_packed", frozenset({"I32"}), "any"),
+            Operand("weight_shape", frozenset({"I64", "I32"}), "any"),
+            Operand("weight_scale", FLOAT, "any"),
+            Operand("weight_zero_point", None, "any", required=not scheme.weight_symmetric),
+        ]
+    if scheme.family == "int":
+        return [
+            Operand("weight", frozenset({"I8"}), "out,in"),
+            Operand("weight_scale", FLOAT, "any"),
+            Operand("input_scale", FLOAT, "any", required=static),
+        ]
+    return None
+
+
+def _expected_shape(spec: str, out: int, inner: int, group: int | None) -> tuple[int, ...] | None:
+    if spec == "out,in":
+        return (out, inner)
+    if spec == "out,in/2":
+        return (out, inner // 2)
+    if spec == "out,in/g" and group:
+        return (out, -(-inner // group))
+    if spec == "out,1":
+        return (out, 1)
+    return None
+
+
+def _shape_ok(spec: str, entry: TensorEntry, out: int, inner: int, group: int | None) -> bool:
+    shape = entry.shape
+    if spec == "any":
+        return True
+    if spec == "[]":
+        n = 1
+        for d in shape:
+            n *= d
+        return n == 1
+    if spec == "out":
+        return shape[-1:] == (out,) or shape[-2:] == (out, 1)
+    expected = _expected_shape(spec, out, inner, group)
+    return expected is None or shape[-2:] == expected
+
+
+def _dims(info: ModuleInfo, scheme: Scheme) -> tuple[int, int] | None:
+    """[out, in] of the unquantized weight, from the shipped weight's shape."""
+    weight = info.weight
+    if weight is None or len(weight.shape) < 2:
+        return None
+    out, cols = weight.shape[-2], weight.shape[-1]
+    packed = weight.dtype == "U8" and scheme.weight_bits == 4
+    return out, cols * 2 if packed else cols
+
+
+def check_module(
+    info: ModuleInfo, membership: Membership, scheme: Scheme | None
+) -> tuple[Spelling, list[Finding]]:
+    """The shipped spelling of one module and every refusal its operands earn."""
+    spelling = spell(info)
+    name = info.name
+    out: list[Finding] = []
+    for operand, entry in info.operands.items():
+        if classify_operand(operand) is OperandKind.UNCLASSIFIED:
+            out.append(
+                finding(
+                    "unclassified-operand",
+                    f"{entry.name} ({entry.dtype} {list(entry.shape)}) looks like a quantization "
+                    "operand of no family qarm knows; it must not be read as unquantized",
+                    module=name,
+                    tensor=entry.name,
+                )
+            )
+    if scheme is None:
+        if spelling.quantized:
+            state = "excluded" if membership.bucket == "excluded" else "not declared quantized"
+            tensor = _first_quant_tensor(info)
+            out.append(
+                finding(
+                    "unquantized-ships-quantized",
+                    f"{name} is {state} ({membership.how}"
+                    f"{' ' + repr(membership.rule) if membership.rule else ''}) but ships "
+                    f"{spelling.family} operands ({spelling.detail})",
+                    module=name,
+                    tensor=tensor,
+                )
+            )
+        return spelling, out
+    if not spelling.quantized:
+        if membership.how in INHERITED and info.kind != "linear":
+            return spelling, out  # a container (A_log, dt_bias) that inherits a child's scheme
+        weight = info.weight
+        out.append(
+            finding(
+                "quantized-ships-unquantized",
+                f"{name} is declared {scheme.name} ({membership.how}) but ships "
+                f"{'a plain ' + weight.dtype + ' weight' if weight else 'no weight'} and no scales",
+                module=name,
+                tensor=weight.name if weight else "",
+            )
+        )
+        return spelling, out
+    if spelling.family not in COMPATIBLE.get(scheme.family, frozenset()):
+        out.append(
+            finding(
+                "spelling-mismatch",
+                f"{name} is declared {scheme.name} ({scheme.family}) but ships the "
+                f"{spelling.family} spelling ({spelling.detail})",
+                module=name,
+                tensor=_first_quant_tensor(info),
+            )
+        )
+        return spelling, out
+    if (
+        spelling.producer
+        and spelling.producer not in (scheme.producer, "native")
+        and (scheme.family == "nvfp4")
+    ):
+        out.append(
+            finding(
+                "spelling-mismatch",
+                f"{name} is declared {scheme.producer} {scheme.name} but ships the "
+                f"{spelling.producer} spelling ({spelling.detail})",
+                module=name,
+                tensor=_first_quant_tensor(info),
+            )
+        )
+        return spelling, out
+    out.extend(_check_contract(info, scheme))
+    return spelling, out
+
+
+def _first_quant_tensor(info: ModuleInfo) -> str:
+    for operand, entry in sorted(info.operands.items()):
+        if classify_operand(operand) is OperandKind.QUANT:
+            return entry.name
+    weight = info.weight
+    return weight.name if weight else ""
+
+
+def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
+    spec = contract(scheme)
+    if spec is None:
+        return []
+    dims = _dims(info, scheme)
+    out: list[Finding] = []
+    for operand in spec:
+        entry = info.operands.get(operand.name)
+        if entry is None:
+            if operand.required:
+                out.append(
+                    finding(
+                        "operand-missing",
+                        f"{info.name} is declared {scheme.name} and ships no {operand.name}",
+                        module=info.name,
+                        tensor=f"{info.name}.{operand.name}",
+                    )
+                )
+            continue
+        if operand.dtypes is not None and entry.dtype not in operand.dtypes:
+            out.append(
+                finding(
+                    "operand-dtype",
+                    f"{entry.name} is {entry.dtype}; {scheme.name} writes "
+                    f"{'/'.join(sorted(operand.dtypes))}",
+                    module=info.name,
+                    tensor=entry.name,
+                )
+            )
+            continue
+        if dims is not None and not _shape_ok(operand.shape, entry, *dims, scheme.group_size):
+            out.append(
+                finding(
+                    "operand-shape",
+                    f"{entry.name} has shape {list(entry.shape)}; {scheme.name} with weight "
+                    f"[out={dims[0]}, in={dims[1]}] writes [{operand.shape}]"
+                    + (f" with group {scheme.group_size}" if "g" in operand.shape else ""),
+                    module=info.name,
+                    tensor=entry.name,
+                )
+            )
+    return out
+
+
+def check_all(
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+) -> tuple[dict[str, Spelling], list[Finding]]:
+    spellings: dict[str, Spelling] = {}
+    found: list[Finding] = []
+    for name, info in modules.items():
+        membership = memberships[name]
+        scheme = (
+            declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
+        )
+        if not any(op not in KV_OPERANDS for op in info.operands):
+            continue  # a module that ships only KV scales carries no weight spelling
+        spelling, refusals = check_module(info, membership, scheme)
+        spellings[name] = spelling
+        found.extend(refusals)
+    return spellings, found

@@ -1,0 +1,426 @@
+"""Read a checkpoint's quantization declaration once, for the whole checkpoint.
+
+Precedence follows the engines: ``config.json`` ``quantization_config``, then its
+``text_config``, then the legacy ``compression_config``, before ``hf_quant_config.json``;
+except a MIXED_PRECISION config.json without ``quantized_layers``, which falls through to the
+file. A declaration that cannot be read is never taken for "unquantized".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import DeclarationError
+from ..findings import Finding, finding
+from ..sources.header import loads_strict
+from . import compressed_tensors as ct
+from . import modelopt as mo
+from .schemes import Scheme, modelopt_scheme
+
+__all__ = [
+    "CompressedTensorsRules",
+    "Declaration",
+    "KvDeclaration",
+    "ModelOptRules",
+    "Scheme",
+    "read_declaration",
+]
+
+
+@dataclass(frozen=True)
+class ModelOptRules:
+    algo: str
+    default_scheme: Scheme | None
+    """Non-mixed: every Linear not excluded gets this scheme."""
+    layers: dict[str, str] | None
+    """MIXED_PRECISION: module name -> scheme name, in the file's order."""
+    excludes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompressedTensorsRules:
+    targets: dict[str, str]
+    """Target string -> scheme name. The same string in two groups: the last group wins."""
+    ignore: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KvDeclaration:
+    algo: str
+    """``FP8``, ``NVFP4``, ``INT8`` ..., as declared."""
+    where: str
+
+
+@dataclass(frozen=True)
+class Declaration:
+    family: str
+    """``modelopt``, ``compressed-tensors``, ``none`` (declares no quantization, e.g. sparsity
+    only), ``absent`` (no declaration document at all) or ``unreadable``."""
+    source: str
+    """Which document (and key) the declaration was read from."""
+    method: str | None = None
+    algo: str | None = None
+    schemes: dict[str, Scheme] = field(default_factory=dict)
+    modelopt: ModelOptRules | None = None
+    compressed_tensors: CompressedTensorsRules | None = None
+    kv: KvDeclaration | None = None
+    producer: str | None = None
+    findings: tuple[Finding, ...] = ()
+    reason: str | None = None
+    """Why nothing was resolved, when ``family`` is ``unreadable``."""
+    considered: tuple[str, ...] = ()
+    """Every declaration location found, in precedence order."""
+
+    @property
+    def quantized(self) -> bool:
+        return self.family in ("modelopt", "compressed-tensors")
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    where: str
+    block: dict[str, Any]
+    kind: str
+    """``inline`` (a quantization_config block) or ``file`` (hf_quant_config shape)."""
+
+
+def _load(name: str, text: str) -> Any:
+    try:
+        return loads_strict(text, name, error=DeclarationError)  # type: ignore[arg-type]
+    except DeclarationError:
+        raise
+    except Exception as exc:  # loads_strict raises HeaderError subclasses only
+        raise DeclarationError(name, str(exc)) from None
+
+
+def _candidates(documents: dict[str, str]) -> list[_Candidate]:
+    found: list[_Candidate] = []
+    config_like: list[tuple[str, dict[str, Any]]] = []
+    file_like: list[tuple[str, dict[str, Any]]] = []
+    bare: list[tuple[str, dict[str, Any]]] = []
+    for name, text in documents.items():
+        doc = _load(name, text)
+        if not isinstance(doc, dict):
+            raise DeclarationError(name, "is not a JSON object")
+        if name == "hf_quant_config.json" or (
+            isinstance(doc.get("quantization"), dict) and "quant_method" not in doc
+        ):
+            file_like.append((name, doc))
+        elif name == "config.json" or any(
+            k in doc
+            for k in (
+                "quantization_config",
+                "compression_config",
+                "text_config",
+                "architectures",
+                "model_type",
+            )
+        ):
+            config_like.append((name, doc))
+        else:
+            bare.append((name, doc))
+    for name, doc in config_like:
+        text_config = doc.get("text_config")
+        for key, block in (
+            ("quantization_config", doc.get("quantization_config")),
+            (
+                "text_config.quantization_config",
+                text_config.get("quantization_config") if isinstance(text_config, dict) else None,
+            ),
+            ("compression_config", doc.get("compression_config")),
+        ):
+            if block is not None:
+                if not isinstance(block, dict):
+                    raise DeclarationError(f"{name}: {key}", "is not a JSON object")
+                found.append(_Candidate(f"{name}: {key}", block, "inline"))
+                break
+    found.extend(_Candidate(name, doc, "file") for name, doc in file_like)
+    found.extend(
+        _Candidate(name, doc, "inline")
+        for name, doc in bare
+        if any(k in doc for k in ("config_groups", "quant_method", "quant_algo"))
+    )
+    return found
+
+
+def _method(candidate: _Candidate) -> str:
+    if candidate.kind == "file":
+        return "modelopt"
+    raw = candidate.block.get("quant_method")
+    if raw is None:
+        if "config_groups" in candidate.block and "quant_algo" not in candidate.block:
+            return "compressed-tensors"
+        return "modelopt"
+    method = str(raw).lower().replace("_", "-")
+    if method.startswith("modelopt"):
+        return "modelopt"
+    return method
+
+
+def _validate(model: type[BaseModel], block: dict[str, Any], where: str) -> Any:
+    try:
+        return model.model_validate(block)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise DeclarationError(where, f"{path}: {first['msg']}") from None
+
+
+def _extras(model: BaseModel, path: str = "") -> list[str]:
+    """Keys a declaration carries that the models do not interpret, as dotted paths."""
+    out = [f"{path}{key}" for key in sorted(model.model_extra or {})]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        values = value.values() if isinstance(value, dict) else [value]
+        for i, item in enumerate(values):
+            if isinstance(item, BaseModel):
+                key = name if not isinstance(value, dict) else f"{name}[{i}]"
+                out.extend(_extras(item, f"{path}{key}."))
+    return sorted(set(out))
+
+
+def _modelopt(candidate: _Candidate) -> tuple[mo.Normalized, BaseModel]:
+    if candidate.kind == "file":
+        parsed_file: mo.HfQuantConfig = _validate(
+            mo.HfQuantConfig, candidate.block, candidate.where
+        )
+        return mo.normalize_file(parsed_file), parsed_file
+    parsed: mo.InlineConfig = _validate(mo.InlineConfig, candidate.block, candidate.where)
+    return mo.normalize_inline(parsed), parsed
+
+
+def _modelopt_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    norm, model = _modelopt(candidate)
+    notes: list[Finding] = []
+    extras = _extras(model)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    algo = norm.quant_algo
+    producer = norm.producer.name if norm.producer else None
+    kv = KvDeclaration(norm.kv_algo, candidate.where) if norm.kv_algo else None
+    if not algo:
+        return Declaration(
+            "unreadable",
+            candidate.where,
+            method="modelopt",
+            producer=producer,
+            findings=tuple(notes),
+            considered=considered,
+            kv=kv,
+            reason="a ModelOpt declaration without quant_algo",
+        )
+    if algo != algo.upper():
+        notes.append(finding("lowercase-algo", f"quant_algo {algo!r} in {candidate.where}"))
+    schemes: dict[str, Scheme] = {}
+    layers: dict[str, str] | None = None
+    default: Scheme | None = None
+    if algo.upper() == "MIXED_PRECISION":
+        if not norm.quantized_layers:
+            return Declaration(
+                "unreadable",
+                candidate.where,
+                method="modelopt",
+                algo=algo,
+                producer=producer,
+                findings=tuple(notes),
+                considered=considered,
+                kv=kv,
+                reason="MIXED_PRECISION without a quantized_layers map",
+            )
+        layers = {}
+        for module, entry in norm.quantized_layers.items():
+            if entry.quant_algo not in schemes:
+                schemes[entry.quant_algo] = modelopt_scheme(entry.quant_algo, entry.group_size)
+                if entry.quant_algo != entry.quant_algo.upper():
+                    notes.append(
+                        finding(
+                            "lowercase-algo",
+                            f"quantized_layers entry {module!r}: {entry.quant_algo!r}",
+                        )
+                    )
+            layers[module] = entry.quant_algo
+    else:
+        default = modelopt_scheme(algo, norm.group_size)
+        schemes[algo] = default
+    rules = ModelOptRules(
+        algo=algo, default_scheme=default, layers=layers, excludes=tuple(norm.excludes)
+    )
+    return Declaration(
+        "modelopt",
+        candidate.where,
+        method="modelopt",
+        algo=algo,
+        schemes=schemes,
+        modelopt=rules,
+        kv=kv,
+        producer=producer,
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
+def _ct_kv(args: ct.QuantArgs | None, where: str) -> KvDeclaration | None:
+    if args is None:
+        return None
+    label = {("float", 8): "FP8", ("int", 8): "INT8", ("float", 4): "NVFP4"}.get(
+        (args.type, args.num_bits), f"{args.type}{args.num_bits}"
+    )
+    return KvDeclaration(label, where)
+
+
+def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: ct.CompressedTensorsConfig = _validate(
+        ct.CompressedTensorsConfig, candidate.block, candidate.where
+    )
+    notes: list[Finding] = []
+    extras = _extras(parsed)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    kv = _ct_kv(parsed.kv_cache_scheme, candidate.where)
+    if not parsed.config_groups:
+        reason = (
+            "sparsity only: no config_groups, nothing is quantized"
+            if parsed.sparsity_config
+            else "no config_groups"
+        )
+        return Declaration(
+            "none",
+            candidate.where,
+            method="compressed-tensors",
+            findings=tuple(notes),
+            considered=considered,
+            kv=kv,
+            reason=reason,
+        )
+    schemes: dict[str, Scheme] = {}
+    targets: dict[str, str] = {}
+    for name, raw in parsed.config_groups.items():
+        group, unknown_preset = ct.group_scheme(name, raw)
+        if unknown_preset:
+            return Declaration(
+                "unreadable",
+                candidate.where,
+                method="compressed-tensors",
+                findings=tuple(notes),
+                considered=considered,
+                reason=f"group {name!r} is a bare target list naming no known preset",
+            )
+        schemes[name] = ct.to_scheme(name, group, parsed.format)
+        for target in group.targets:
+            targets[target] = name
+    rules = CompressedTensorsRules(targets=targets, ignore=tuple(parsed.ignore or ()))
+    return Declaration(
+        "compressed-tensors",
+        candidate.where,
+        method="compressed-tensors",
+        algo=parsed.format,
+        schemes=schemes,
+        compressed_tensors=rules,
+        kv=kv,
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
+def _declaration_of(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    method = _method(candidate)
+    if method == "modelopt":
+        return _modelopt_declaration(candidate, considered)
+    if method == "compressed-tensors":
+        return _ct_declaration(candidate, considered)
+    return Declaration(
+        "unreadable",
+        candidate.where,
+        method=method,
+        considered=considered,
+        reason=f"quant_method {method!r}: qarm reads modelopt and "
+        "compressed-tensors declarations only",
+    )
+
+
+def read_declaration(documents: dict[str, str]) -> Declaration:
+    """The one declaration that governs the checkpoint, with every disagreement recorded."""
+    candidates = _candidates(documents)
+    considered = tuple(c.where for c in candidates)
+    if not candidates:
+        return Declaration(
+            "absent",
+            "",
+            considered=considered,
+            reason="no quantization_config and no hf_quant_config.json",
+        )
+    winner = candidates[0]
+    file_candidates = [c for c in candidates if c.kind == "file"]
+    if (
+        winner.kind == "inline"
+        and _method(winner) == "modelopt"
+        and file_candidates
+        and str(winner.block.get("quant_algo", "")).upper() == "MIXED_PRECISION"
+        and not winner.block.get("quantized_layers")
+    ):
+        winner = file_candidates[0]
+    declaration = _declaration_of(winner, considered)
+    extra = [*declaration.findings]
+    for other in candidates:
+        if other is winner:
+            continue
+        extra.extend(_compare(winner, other))
+    return _with_findings(declaration, extra)
+
+
+def _with_findings(declaration: Declaration, notes: list[Finding]) -> Declaration:
+    from dataclasses import replace
+
+    return replace(declaration, findings=tuple(notes))
+
+
+def _compare(winner: _Candidate, other: _Candidate) -> list[Finding]:
+    """Every way two declarations of one checkpoint disagree."""
+    if _method(winner) != _method(other):
+        return [
+            finding(
+                "stale-declaration",
+                f"{other.where} declares {_method(other)} beside the winning "
+                f"{_method(winner)} declaration in {winner.where}; it is ignored",
+            )
+        ]
+    if _method(winner) != "modelopt":
+        return []
+    try:
+        a, _ = _modelopt(winner)
+        b, _ = _modelopt(other)
+    except DeclarationError:
+        return []
+    out: list[Finding] = []
+
+    def differ(what: str, left: object, right: object) -> None:
+        if left != right:
+            out.append(
+                finding(
+                    "declaration-disagreement",
+                    f"{what}: {winner.where} says {left!r}, {other.where} says {right!r}",
+                )
+            )
+
+    differ("quant_algo", a.quant_algo, b.quant_algo)
+    differ("kv_cache_quant_algo", a.kv_algo, b.kv_algo)
+    differ("group_size", a.group_size, b.group_size)
+    only_a = sorted(set(a.excludes) - set(b.excludes))
+    only_b = sorted(set(b.excludes) - set(a.excludes))
+    if only_a or only_b:
+        out.append(
+            finding(
+                "declaration-disagreement",
+                f"exclude set: {len(only_a)} only in {winner.where} {only_a[:3]}, "
+                f"{len(only_b)} only in {other.where} {only_b[:3]}",
+            )
+        )
+    if a.quantized_layers is not None and b.quantized_layers is not None:
+        count_a = dict(sorted(Counter(e.quant_algo for e in a.quantized_layers.values()).items()))
+        count_b = dict(sorted(Counter(e.quant_algo for e in b.quantized_layers.values()).items()))
+        differ("quantized_layers per algorithm", count_a, count_b)
+    return out

@@ -1,0 +1,127 @@
+"""ModelOpt declarations: ``hf_quant_config.json``; ``quant_method: modelopt`` in config.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    """Unknown keys are kept (and later listed), never rejected: producers drift."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Producer(_Open):
+    name: str | None = None
+    version: str | None = None
+
+
+class LayerEntry(_Open):
+    """One ``quantized_layers`` value of a MIXED_PRECISION map."""
+
+    quant_algo: str
+    group_size: int | None = None
+    has_zero_point: bool | None = None
+    pre_quant_scale: bool | None = None
+
+
+class Quantization(_Open):
+    """The ``quantization`` block of ``hf_quant_config.json`` (also the nested config.json form)."""
+
+    quant_algo: str | None = None
+    kv_cache_quant_algo: str | None = None
+    group_size: int | None = None
+    exclude_modules: list[str] | None = None
+    quantized_layers: dict[str, LayerEntry] | None = None
+    has_zero_point: bool | None = None
+    pre_quant_scale: bool | None = None
+
+
+class HfQuantConfig(_Open):
+    """``hf_quant_config.json``."""
+
+    producer: Producer | None = None
+    quantization: Quantization
+
+
+class InlineConfig(_Open):
+    """``config.json`` ``quantization_config`` with ``quant_method`` ``modelopt*``.
+
+    Both spellings: flat (``quant_algo``, ``ignore``, ``kv_cache_scheme`` at top level, as
+    ModelOpt's converter writes) and nested (a ``quantization`` block as in the file).
+    """
+
+    quant_method: str = "modelopt"
+    quant_algo: str | None = None
+    kv_cache_quant_algo: str | None = None
+    kv_cache_scheme: dict[str, Any] | str | None = None
+    group_size: int | None = None
+    ignore: list[str] | None = None
+    exclude_modules: list[str] | None = None
+    quantized_layers: dict[str, LayerEntry] | None = None
+    config_groups: dict[str, Any] | None = None
+    producer: Producer | None = None
+    quantization: Quantization | None = None
+
+
+class Normalized(BaseModel):
+    """The fields both spellings reduce to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    quant_algo: str | None
+    kv_algo: str | None
+    group_size: int | None
+    excludes: list[str] = Field(default_factory=list)
+    quantized_layers: dict[str, LayerEntry] | None = None
+    producer: Producer | None = None
+
+
+def normalize_file(config: HfQuantConfig) -> Normalized:
+    q = config.quantization
+    return Normalized(
+        quant_algo=q.quant_algo,
+        kv_algo=q.kv_cache_quant_algo,
+        group_size=q.group_size,
+        excludes=list(q.exclude_modules or []),
+        quantized_layers=q.quantized_layers,
+        producer=config.producer,
+    )
+
+
+def kv_algo_of_scheme(scheme: dict[str, Any] | str | None) -> str | None:
+    """ModelOpt writes a dict for an FP8 KV cache and the raw algorithm string otherwise."""
+    if scheme is None:
+        return None
+    if isinstance(scheme, str):
+        return scheme
+    if scheme.get("type") == "float" and scheme.get("num_bits") == 8:
+        return "FP8"
+    if scheme.get("type") == "int" and scheme.get("num_bits") == 8:
+        return "INT8"
+    if scheme.get("type") == "float" and scheme.get("num_bits") == 4:
+        return "NVFP4"
+    return f"{scheme.get('type')}{scheme.get('num_bits')}"
+
+
+def normalize_inline(config: InlineConfig) -> Normalized:
+    nested = config.quantization
+    algo = config.quant_algo or (nested.quant_algo if nested else None)
+    kv = config.kv_cache_quant_algo or kv_algo_of_scheme(config.kv_cache_scheme)
+    if kv is None and nested is not None:
+        kv = nested.kv_cache_quant_algo
+    excludes = (
+        config.ignore or config.exclude_modules or (nested.exclude_modules if nested else None)
+    )
+    layers = config.quantized_layers or (nested.quantized_layers if nested else None)
+    group = config.group_size or (nested.group_size if nested else None)
+    return Normalized(
+        quant_algo=algo,
+        kv_algo=kv,
+        group_size=group,
+        excludes=list(excludes or []),
+        quantized_layers=layers,
+        producer=config.producer,
+    )

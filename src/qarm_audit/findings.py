@@ -1,0 +1,124 @@
+"""Findings: every verdict the audit gives, with a stable code and one sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    REFUSAL = "refusal"
+    """The checkpoint must not be loaded as declared: an engine would run it silently wrong."""
+    WARNING = "warning"
+    """Worth a look; loads as declared."""
+    INFO = "info"
+    """Recorded for the reader; never fails a run."""
+
+    @property
+    def rank(self) -> int:
+        return {"refusal": 2, "warning": 1, "info": 0}[self.value]
+
+
+CODES: dict[str, tuple[Severity, str]] = {
+    # cross-check of shipped tensor names against the declaration
+    "spelling-mismatch": (
+        Severity.REFUSAL,
+        "a module ships another scheme's operand spelling than the one it is declared",
+    ),
+    "unquantized-ships-quantized": (
+        Severity.REFUSAL,
+        "a module declared unquantized (unlisted or excluded) ships quantization operands",
+    ),
+    "quantized-ships-unquantized": (
+        Severity.REFUSAL,
+        "a module declared quantized ships only a plain weight",
+    ),
+    "unclassified-operand": (
+        Severity.REFUSAL,
+        "a tensor looks like a quantization operand of no family qarm knows",
+    ),
+    "declared-module-missing": (
+        Severity.REFUSAL,
+        "a module named by the declaration ships no tensor at all",
+    ),
+    "fused-shards-disagree": (
+        Severity.REFUSAL,
+        "the shards of one fused module (q/k/v, gate/up) are declared differently",
+    ),
+    "operand-missing": (Severity.REFUSAL, "an operand the declared scheme requires is not shipped"),
+    "operand-dtype": (Severity.REFUSAL, "an operand's dtype contradicts the declared scheme"),
+    "operand-shape": (Severity.REFUSAL, "an operand's shape contradicts the declared scheme"),
+    "no-arm": (Severity.REFUSAL, "the engine profile has no arm for the declared algorithm"),
+    "declaration-unreadable": (
+        Severity.REFUSAL,
+        "a quantization is declared in a form qarm cannot read, so nothing was resolved",
+    ),
+    "declared-arm-differs": (
+        Severity.WARNING,
+        "the engine profile executes another arm than the one declared",
+    ),
+    # declarations
+    "declaration-disagreement": (
+        Severity.WARNING,
+        "config.json and hf_quant_config.json declare different things",
+    ),
+    "stale-declaration": (
+        Severity.WARNING,
+        "a second declaration file of another family sits beside the one that wins",
+    ),
+    "unknown-keys": (
+        Severity.INFO,
+        "a declaration carries keys qarm does not interpret; they are kept and listed",
+    ),
+    "lowercase-algo": (Severity.INFO, "a ModelOpt algorithm is written in lower case"),
+    "substring-exclude": (
+        Severity.WARNING,
+        "a module is excluded only by vLLM's raw-substring stage",
+    ),
+    "prefix-children-disagree": (
+        Severity.WARNING,
+        "a container resolved by prefix scan has listed children of several algorithms",
+    ),
+    "target-unmatched": (
+        Severity.WARNING,
+        "a compressed-tensors target or ModelOpt layer entry matches no module",
+    ),
+    # KV cache
+    "kv-scales-missing": (
+        Severity.WARNING,
+        "a quantized KV cache is declared and no k/v scale is shipped",
+    ),
+    "kv-scales-undeclared": (
+        Severity.INFO,
+        "k/v scales are shipped but no quantized KV cache is declared",
+    ),
+    # activation scales
+    "input-scale-unread": (
+        Severity.INFO,
+        "input scales are shipped for a weight-only declaration and are not read",
+    ),
+    # integrity
+    "index-total-size": (
+        Severity.WARNING,
+        "the index's metadata.total_size is not the sum of tensor bytes",
+    ),
+}
+"""Every finding code, its severity and what it means. Codes are a public contract."""
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    code: str
+    module: str
+    tensor: str
+    message: str
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code][0]
+
+
+def finding(code: str, message: str, *, module: str = "", tensor: str = "") -> Finding:
+    if code not in CODES:
+        raise KeyError(code)
+    return Finding(code=code, module=module, tensor=tensor, message=message)

@@ -1,0 +1,113 @@
+"""Prove the shards form one consistent checkpoint: index and headers agree, by name, both ways.
+
+This is semantic verification (every header parsed and laid out, sizes accounted for); it is
+not a content hash, and the report says so.
+"""
+
+from __future__ import annotations
+
+from .errors import IntegrityError, ShardIndexError
+from .findings import Finding, finding
+from .report.model import IntegrityInfo, ShardCheck
+from .sources.checkpoint import INDEX_FILE, Checkpoint
+from .sources.index import parse_index
+
+VERIFICATION = (
+    "semantic: every header parsed; data_offsets contiguous from 0 with no overlap or hole; "
+    "dtype x shape = bytes; 8 + header + data = file size; index and headers agree by name. "
+    "Not a content hash."
+)
+
+
+def _names(items: list[str], limit: int = 3) -> str:
+    shown = ", ".join(repr(n) for n in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[Finding]]:
+    if not checkpoint.shards:
+        return None, []
+    owner: dict[str, str] = {}
+    for shard in checkpoint.shards:
+        for entry in shard.tensors:
+            previous = owner.setdefault(entry.name, shard.file)
+            if previous != shard.file:
+                raise IntegrityError(
+                    shard.file, f"tensor {entry.name!r} is also in {previous}: duplicate name"
+                )
+    tensor_bytes = sum(shard.data_length for shard in checkpoint.shards)
+    shards = [
+        ShardCheck(
+            file=s.file,
+            size=s.size,
+            header_length=s.header_length,
+            tensors=len(s.tensors),
+            data_bytes=s.data_length,
+            remote_sha256=s.remote_sha256,
+        )
+        for s in checkpoint.shards
+    ]
+    checks = [
+        f"{s.file}: 8 + {s.header_length} + {s.data_length} = {s.size}" for s in checkpoint.shards
+    ]
+    findings: list[Finding] = []
+    index_line: str | None = None
+    total_size: int | None = None
+    if checkpoint.index_text is not None:
+        index = parse_index(checkpoint.index_text)
+        listed = set(index.shard_files)
+        present = {s.file for s in checkpoint.shards}
+        missing = sorted(listed - present)
+        if missing:
+            raise ShardIndexError(
+                INDEX_FILE, f"names shards not in the checkpoint: {_names(missing)}"
+            )
+        unindexed = sorted(present - listed)
+        if unindexed:
+            raise ShardIndexError(INDEX_FILE, f"does not name shards {_names(unindexed)}")
+        wrong = sorted(n for n, f in index.weight_map.items() if owner.get(n) != f)
+        if wrong:
+            detail = [
+                f"{n} -> {index.weight_map[n]} (header: {owner.get(n, 'absent')})"
+                for n in wrong[:3]
+            ]
+            raise ShardIndexError(
+                INDEX_FILE,
+                f"{len(wrong)} weight_map names are not in the header of the shard they name: "
+                + "; ".join(detail),
+            )
+        unlisted = sorted(set(owner) - set(index.weight_map))
+        if unlisted:
+            raise ShardIndexError(
+                INDEX_FILE,
+                f"{len(unlisted)} header names are not in weight_map: {_names(unlisted)}",
+            )
+        total_size = index.total_size
+        overhead = sum(8 + s.header_length for s in checkpoint.shards)
+        file_bytes = sum(s.size for s in checkpoint.shards)
+        index_line = (
+            f"{len(index.weight_map)} names in {len(listed)} shards; shards total {file_bytes} "
+            f"bytes = {tensor_bytes} tensor bytes + {overhead} header bytes "
+            f"(8-byte prefixes + headers)"
+        )
+        if total_size is not None:
+            if total_size == tensor_bytes:
+                index_line += f"; metadata.total_size {total_size} = tensor bytes"
+            else:
+                index_line += f"; metadata.total_size {total_size} != {tensor_bytes} tensor bytes"
+                findings.append(
+                    finding(
+                        "index-total-size",
+                        f"{INDEX_FILE} metadata.total_size is {total_size}, tensors hold "
+                        f"{tensor_bytes} bytes (difference {total_size - tensor_bytes})",
+                    )
+                )
+    info = IntegrityInfo(
+        verification=VERIFICATION,
+        shards=shards,
+        index=index_line,
+        total_size=total_size,
+        tensor_bytes=tensor_bytes,
+        checks=checks,
+    )
+    return info, findings

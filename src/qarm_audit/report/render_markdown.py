@@ -1,0 +1,111 @@
+"""GitHub-flavoured markdown for a PR description: verdict, buckets, arm line, refusals.
+
+Deterministic: no timestamps, no absolute paths beyond what the user typed.
+"""
+
+from __future__ import annotations
+
+from .model import FindingRow, Report
+
+VERDICT = {
+    "refused": "❌ **refused**",
+    "warnings": "⚠️ **passes with warnings**",
+    "clean": "✅ **clean**",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def source_label(report: Report) -> str:
+    src = report.source
+    if src.repo:
+        return f"{src.repo}@{src.revision}" if src.revision else src.repo
+    return src.location
+
+
+def verdict_line(report: Report) -> str:
+    counts = (
+        f"{len(report.refusals)} refusals, {len(report.warnings)} warnings, "
+        f"{report.totals.tensors} tensors in {report.totals.shards} shards"
+    )
+    decl = report.declaration
+    declared = decl.algo or decl.family
+    via = decl.source or "nothing"
+    return f"{source_label(report)}: {report.verdict} ({counts}); declared {declared} via {via}"
+
+
+def render_markdown(report: Report) -> str:
+    decl = report.declaration
+    out = [f"### qarm audit: `{_cell(source_label(report))}`", ""]
+    out.append(
+        f"{VERDICT[report.verdict]}: {len(report.refusals)} refusals, "
+        f"{len(report.warnings)} warnings. Declared **{_cell(decl.algo or decl.family)}** "
+        f"({decl.family}) via `{_cell(decl.source or 'no declaration')}`; engine "
+        f"profile `{report.engine.name}`"
+        + (
+            f" ({', '.join(f'{k}={v}' for k, v in report.engine.env.items())})"
+            if report.engine.env
+            else ""
+        )
+        + (f", GPU {report.engine.gpu}" if report.engine.gpu else "")
+        + "."
+    )
+    if decl.reason:
+        out += ["", f"> {_cell(decl.reason)}"]
+    out += [
+        "",
+        "| scheme | tensors | modules | membership | description |",
+        "|---|---:|---:|---|---|",
+    ]
+    for b in report.buckets:
+        membership = ", ".join(f"{k} {v}" for k, v in b.membership.items())
+        out.append(
+            f"| `{_cell(b.scheme)}` | {b.tensors} | {b.modules} | {membership} | "
+            f"{_cell(b.description)} |"
+        )
+    out.append(f"| **total** | **{report.totals.tensors}** | **{report.totals.modules}** | | |")
+    if report.arms:
+        out += ["", "**Arms** (declared vs executed):", ""]
+        out += [
+            f"- {_cell(a.line())}: {_cell(a.reason)}"
+            + (f" _Note: {_cell(a.note)}_" if a.note else "")
+            for a in report.arms
+        ]
+    for title, rows in (
+        ("Refusals", report.refusals),
+        ("Warnings", report.warnings),
+        ("Notes", report.notes),
+    ):
+        if rows:
+            out += ["", *_findings(title, rows)]
+    if report.integrity is not None:
+        integ = report.integrity
+        out += ["", "<details><summary>Integrity</summary>", "", f"{_cell(integ.verification)}", ""]
+        if integ.index:
+            out.append(f"- index: {_cell(integ.index)}")
+        out += [f"- {_cell(c)}" for c in integ.checks]
+        hashes = [s for s in integ.shards if s.remote_sha256]
+        out += [
+            f"- {s.file}: sha256 {s.remote_sha256} (reported by the remote, not computed)"
+            for s in hashes
+        ]
+        out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def _findings(title: str, rows: list[FindingRow]) -> list[str]:
+    out = [
+        f"<details{' open' if title == 'Refusals' else ''}><summary>{title} ({len(rows)})"
+        "</summary>",
+        "",
+        "| code | module | tensor | message |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| `{r.code}` | `{_cell(r.module)}` | `{_cell(r.tensor)}` | {_cell(r.message)} |"
+        for r in rows
+    ]
+    out += ["", "</details>"]
+    return out

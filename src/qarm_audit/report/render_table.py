@@ -1,0 +1,75 @@
+"""The terminal view: rich tables of buckets, arms and findings."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from .model import Report
+
+STYLE = {"refused": "bold red", "warnings": "bold yellow", "clean": "bold green"}
+MAX_ROWS = 40
+
+
+def render_table(report: Report, console: Console) -> None:
+    console.print(_renderable(report))
+
+
+def _renderable(report: Report) -> RenderableType:
+    from .render_markdown import verdict_line
+
+    parts: list[RenderableType] = [Text(verdict_line(report), style=STYLE[report.verdict])]
+    if report.declaration.reason:
+        parts.append(Text(report.declaration.reason, style="italic"))
+    buckets = Table(title="Buckets", title_justify="left")
+    for column, justify in (
+        ("scheme", "left"),
+        ("tensors", "right"),
+        ("modules", "right"),
+        ("membership", "left"),
+        ("description", "left"),
+    ):
+        buckets.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for b in report.buckets:
+        buckets.add_row(
+            b.scheme,
+            str(b.tensors),
+            str(b.modules),
+            ", ".join(f"{k} {v}" for k, v in b.membership.items()),
+            b.description,
+        )
+    buckets.add_row(
+        "total", str(report.totals.tensors), str(report.totals.modules), "", "", style="bold"
+    )
+    parts.append(buckets)
+    for a in report.arms:
+        style = "green" if a.declared == a.executed else "yellow" if a.executed != "none" else "red"
+        parts.append(Text(f"arm {a.line()}: {a.reason}", style=style))
+        if a.note:
+            parts.append(Text(f"  note: {a.note}", style="italic"))
+    for title, rows, style in (
+        ("Refusals", report.refusals, "red"),
+        ("Warnings", report.warnings, "yellow"),
+        ("Notes", report.notes, "dim"),
+    ):
+        if not rows:
+            continue
+        table = Table(title=f"{title} ({len(rows)})", title_justify="left", title_style=style)
+        for column in ("code", "module", "message"):
+            table.add_column(column, overflow="fold")
+        for r in rows[:MAX_ROWS]:
+            table.add_row(r.code, r.module, r.message)
+        if len(rows) > MAX_ROWS:
+            table.add_row("…", f"{len(rows) - MAX_ROWS} more (see --format json)", "")
+        parts.append(table)
+    if report.integrity is not None:
+        parts.append(
+            Text(
+                f"integrity: {report.integrity.index or 'single file'}; "
+                f"{len(report.integrity.shards)} shards verified semantically "
+                "(not a content hash)",
+                style="dim",
+            )
+        )
+    return Group(*parts)

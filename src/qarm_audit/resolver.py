@@ -1,0 +1,308 @@
+"""Resolve every module to its declared scheme, and record the rule that decided.
+
+Pure: module names in, memberships out. The semantics are the engines' (vLLM's, where the
+engines differ): ModelOpt excludes in three stages (exact with fused shards, raw substring,
+whole-name wildcard), MIXED_PRECISION lookup strategies in a fixed order, compressed-tensors
+``re:`` targets with start-anchored ``re.match``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .declarations import CompressedTensorsRules, Declaration, ModelOptRules
+from .findings import Finding, finding
+from .inventory import FUSED_SHARDS, ModuleInfo
+from .matchers import FirstMatch, SubstringSet, WildcardSet
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """How one module was resolved."""
+
+    bucket: str
+    """A scheme name, or ``excluded`` / ``unlisted``."""
+    how: str
+    """exact, fused, prefix, experts, regex, class, substring, wildcard, or none."""
+    rule: str = ""
+    """The entry, pattern or target that decided."""
+
+    @property
+    def declared_quantized(self) -> bool:
+        return self.bucket not in (EXCLUDED, UNLISTED)
+
+
+INFERRED_CLASS = {"linear": "linear", "embedding": "vocabparallelembedding"}
+"""The engine class a module kind stands for; vLLM matches class targets as a case-insensitive
+substring of it (``Linear`` in ``QKVParallelLinear``)."""
+
+EXCLUDED = "excluded"
+UNLISTED = "unlisted"
+_UNLISTED = Membership(UNLISTED, "none")
+
+
+@dataclass
+class Resolution:
+    memberships: dict[str, Membership] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+    """Declared entries (MIXED keys, exact CT targets) that name no shipped module."""
+
+
+def resolve(declaration: Declaration, modules: Mapping[str, ModuleInfo]) -> Resolution:
+    if declaration.modelopt is not None:
+        return _ModelOpt(declaration.modelopt, modules).run()
+    if declaration.compressed_tensors is not None:
+        return _CompressedTensors(declaration.compressed_tensors, modules).run()
+    return Resolution(dict.fromkeys(modules, _UNLISTED))
+
+
+def _language_model_aliases(name: str) -> list[str]:
+    """vLLM tries ``language_model.model.`` and ``model.language_model.`` for each other."""
+    out = [name]
+    if name.endswith(".lm_head") or name == "lm_head":
+        out.append("lm_head")
+    for a, b in (
+        ("language_model.model.", "model.language_model."),
+        ("model.language_model.", "language_model.model."),
+    ):
+        if name.startswith(a):
+            out.append(b + name[len(a) :])
+    return out
+
+
+class _Excludes:
+    """ModelOpt ``exclude_modules`` / ``ignore`` as vLLM applies them to the engine's name."""
+
+    def __init__(self, entries: tuple[str, ...]) -> None:
+        expanded: list[str] = []
+        for entry in entries:
+            # vLLM's mapper splits "X*" (no dot before the star) into "X" and "X.*"
+            if entry.endswith("*") and not entry.endswith(".*") and len(entry) > 1:
+                expanded += [entry[:-1], entry[:-1] + ".*"]
+            expanded.append(entry)
+        self.entries = entries
+        self.exact = set(expanded)
+        self.experts = [e for e in expanded if "experts" in e]
+        self.substring = SubstringSet(expanded)
+        self.wildcard = WildcardSet([e for e in entries if any(c in e for c in "*?[")])
+
+    def check(self, engine_name: str, shards: tuple[str, ...]) -> tuple[str, str] | None:
+        """``(how, entry)`` when excluded; raises nothing: shard disagreement is the caller's."""
+        if engine_name in self.exact:
+            return "exact", engine_name
+        if ".experts" in engine_name:
+            for entry in self.experts:
+                if engine_name in entry:
+                    return "exact", entry
+        wildcard = self.wildcard.first(engine_name)
+        if wildcard is not None:
+            return "wildcard", wildcard
+        stripped = engine_name.removeprefix("language_model.")
+        substring = self.substring.first(engine_name) or (
+            self.substring.first(stripped) if stripped != engine_name else None
+        )
+        if substring is not None:
+            return "substring", substring
+        return None
+
+
+class _ModelOpt:
+    def __init__(self, rules: ModelOptRules, modules: Mapping[str, ModuleInfo]) -> None:
+        self.rules = rules
+        self.modules = modules
+        self.excludes = _Excludes(rules.excludes)
+        self.layers = rules.layers
+        self.out = Resolution()
+        if self.layers is not None:
+            self.order = {key: i for i, key in enumerate(self.layers)}
+            self.sorted_keys = sorted(self.layers)
+
+    def run(self) -> Resolution:
+        groups: dict[str, list[ModuleInfo]] = {}
+        for info in self.modules.values():
+            groups.setdefault(info.engine_name, []).append(info)
+        for engine_name, members in groups.items():
+            self._resolve_group(engine_name, members)
+        if self.layers is not None:
+            used = {m.rule for m in self.out.memberships.values()} | set(groups)
+            self.out.unmatched = [k for k in self.layers if k not in used and k not in self.modules]
+        return self.out
+
+    def _resolve_group(self, engine_name: str, members: list[ModuleInfo]) -> None:
+        shards = tuple(m.name for m in members) if len(members) > 1 else ()
+        excluded = self._excluded(engine_name, members)
+        for info in members:
+            if excluded is not None:
+                self.out.memberships[info.name] = excluded
+            elif self.layers is None:
+                self.out.memberships[info.name] = self._single(info)
+            else:
+                self.out.memberships[info.name] = self._mixed(info, engine_name)
+        if shards and excluded is None and engine_name.endswith(tuple(FUSED_SHARDS)):
+            buckets = {self.out.memberships[m.name].bucket for m in members}
+            if len(buckets) > 1:
+                detail = ", ".join(
+                    f"{m.leaf}={self.out.memberships[m.name].bucket}" for m in members
+                )
+                self.out.findings.append(
+                    finding(
+                        "fused-shards-disagree",
+                        f"{engine_name} is loaded from {len(members)} shards declared {detail}; "
+                        "engines require one precision per fused module",
+                        module=engine_name,
+                    )
+                )
+
+    def _excluded(self, engine_name: str, members: list[ModuleInfo]) -> Membership | None:
+        if not self.rules.excludes:
+            return None
+        hit = self.excludes.check(engine_name, ())
+        if hit is None and len(members) > 1 and engine_name.endswith(tuple(FUSED_SHARDS)):
+            listed = [m for m in members if m.name in self.excludes.exact]
+            if listed and len(listed) == len(members):
+                hit = ("exact", listed[0].name)
+            elif listed:
+                self.out.findings.append(
+                    finding(
+                        "fused-shards-disagree",
+                        f"{engine_name}: shards {[m.leaf for m in listed]} are excluded and "
+                        f"{[m.leaf for m in members if m not in listed]} are not",
+                        module=engine_name,
+                    )
+                )
+        if hit is None:
+            return None
+        how, entry = hit
+        if how == "substring":
+            self.out.findings.append(
+                finding(
+                    "substring-exclude",
+                    f"{engine_name} is excluded only because {entry!r} occurs inside its name "
+                    "(vLLM's raw-substring stage); no exact or wildcard entry covers it",
+                    module=engine_name,
+                )
+            )
+        return Membership(EXCLUDED, how, entry)
+
+    def _single(self, info: ModuleInfo) -> Membership:
+        if info.kind == "linear" and self.rules.default_scheme is not None:
+            return Membership(self.rules.default_scheme.name, "class", "Linear")
+        return _UNLISTED
+
+    def _mixed(self, info: ModuleInfo, engine_name: str) -> Membership:
+        layers = self.layers
+        assert layers is not None
+        for candidate in _language_model_aliases(info.name):
+            if candidate in layers:
+                return Membership(layers[candidate], "exact", candidate)
+        if engine_name != info.name:
+            for candidate in _language_model_aliases(engine_name):
+                if candidate in layers:
+                    how = "experts" if engine_name.endswith(".experts") else "fused"
+                    return Membership(layers[candidate], how, candidate)
+        for candidate in _language_model_aliases(info.name):
+            key = self._first_child(candidate)
+            if key is not None:
+                return Membership(layers[key], "prefix", key)
+        if engine_name.endswith(".experts"):
+            parent = engine_name[: -len(".experts")]
+            key = self._first_child(parent)
+            if key is not None:
+                return Membership(layers[key], "experts-parent", key)
+        return _UNLISTED
+
+    def _first_child(self, name: str) -> str | None:
+        """vLLM's strategy 3: the first key, in map order, under ``name + '.'``."""
+        prefix = name + "."
+        lo = bisect.bisect_left(self.sorted_keys, prefix)
+        hi = bisect.bisect_left(self.sorted_keys, prefix[:-1] + "/")  # "/" sorts right after "."
+        if lo >= hi:
+            return None
+        children = self.sorted_keys[lo:hi]
+        first = min(children, key=self.order.__getitem__)
+        assert self.layers is not None
+        algos = sorted({self.layers[k] for k in children})
+        if len(algos) > 1:
+            self.out.findings.append(
+                finding(
+                    "prefix-children-disagree",
+                    f"{name} takes {self.layers[first]} from its first listed child {first}, but "
+                    f"its listed children declare {algos}",
+                    module=name,
+                )
+            )
+        return first
+
+
+class _CompressedTensors:
+    def __init__(self, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo]) -> None:
+        self.rules = rules
+        self.modules = modules
+        self.out = Resolution()
+        ignore_names = [i for i in rules.ignore if not i.startswith("re:")]
+        self.ignore_exact = set(ignore_names)
+        self.ignore_regex_src = [i[3:] for i in rules.ignore if i.startswith("re:")]
+        self.ignore_regex = FirstMatch(self.ignore_regex_src, "ignore")
+        targets = list(rules.targets)
+        self.target_exact = {t: i for i, t in enumerate(targets) if not t.startswith("re:")}
+        self.regex_targets = [(i, t) for i, t in enumerate(targets) if t.startswith("re:")]
+        self.target_regex = FirstMatch([t[3:] for _, t in self.regex_targets], "targets")
+        self.targets = targets
+
+    def run(self) -> Resolution:
+        groups: dict[str, list[ModuleInfo]] = {}
+        for info in self.modules.values():
+            groups.setdefault(info.engine_name, []).append(info)
+        for engine_name, members in groups.items():
+            fused = len(members) > 1 and engine_name.endswith(tuple(FUSED_SHARDS))
+            ignored = self._ignored(engine_name) if fused else None
+            for info in members:
+                self.out.memberships[info.name] = (
+                    ignored or self._ignored(info.name) or self._target(info)
+                )
+            if fused:
+                buckets = {self.out.memberships[m.name].bucket for m in members}
+                if len(buckets) > 1:
+                    detail = ", ".join(
+                        f"{m.leaf}={self.out.memberships[m.name].bucket}" for m in members
+                    )
+                    self.out.findings.append(
+                        finding(
+                            "fused-shards-disagree",
+                            f"{engine_name} is loaded from shards declared {detail}; engines "
+                            "require one scheme per fused module",
+                            module=engine_name,
+                        )
+                    )
+        self.out.unmatched = [t for t in self.target_exact if "." in t and t not in self.modules]
+        return self.out
+
+    def _ignored(self, name: str) -> Membership | None:
+        if name in self.ignore_exact:
+            return Membership(EXCLUDED, "exact", name)
+        i = self.ignore_regex.first(name)
+        if i is not None:
+            return Membership(EXCLUDED, "regex", "re:" + self.ignore_regex_src[i])
+        return None
+
+    def _target(self, info: ModuleInfo) -> Membership:
+        best: tuple[int, str] | None = None
+        if info.name in self.target_exact:
+            best = (self.target_exact[info.name], "exact")
+        j = self.target_regex.first(info.name)
+        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
+            best = (self.regex_targets[j][0], "regex")
+        if best is None:
+            cls = INFERRED_CLASS.get(info.kind)
+            if cls is not None:
+                for i, target in enumerate(self.targets):
+                    if not target.startswith("re:") and "." not in target and target.lower() in cls:
+                        best = (i, "class")
+                        break
+        if best is None:
+            return _UNLISTED
+        target = self.targets[best[0]]
+        return Membership(self.rules.targets[target], best[1], target)

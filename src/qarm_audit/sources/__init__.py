@@ -1,0 +1,62 @@
+"""Sources: turn what the user typed into a :class:`Checkpoint` (documents and headers only)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import SourceSpecError
+from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
+from .local import read_folder, read_local_shard, read_text
+from .manifest import is_manifest_text, read_manifest, render_manifest, write_manifest
+
+__all__ = [
+    "Checkpoint",
+    "Origin",
+    "ShardHeader",
+    "TensorEntry",
+    "open_source",
+    "parse_hub_spec",
+    "render_manifest",
+    "write_manifest",
+]
+
+HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[^\s@]+))?$")
+
+
+def parse_hub_spec(spec: str) -> tuple[str, str | None] | None:
+    """``owner/name[@revision]`` -> (repo, revision), or None if it is not of that form."""
+    match = HUB_SPEC.match(spec)
+    if not match:
+        return None
+    return match["repo"], match["rev"]
+
+
+def open_source(spec: str, *, require_pinned: bool = False) -> Checkpoint:
+    """Read a local folder, a cache snapshot, a manifest, a lone file, or a Hub ``repo@rev``."""
+    path = Path(spec)
+    if path.is_dir():
+        return read_folder(path, spec)
+    if path.is_file():
+        return _read_file(path, spec)
+    hub = parse_hub_spec(spec)
+    if hub is not None:
+        from .hub import read_hub
+
+        return read_hub(hub[0], hub[1], location=spec, require_pinned=require_pinned)
+    raise SourceSpecError(spec, "no such file or folder, and not of the form owner/name@revision")
+
+
+def _read_file(path: Path, spec: str) -> Checkpoint:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(200)
+    except OSError as exc:
+        raise SourceSpecError(spec, f"cannot read: {exc.strerror or exc}") from None
+    if head[:2] == b"\x1f\x8b" or is_manifest_text(head):
+        return read_manifest(path, spec)
+    if path.suffix == ".safetensors":
+        shard = read_local_shard(path, path.name)
+        return Checkpoint(origin=Origin("local", spec), shards=(shard,))
+    text = read_text(path, spec)
+    return Checkpoint(origin=Origin("declaration", spec), documents={path.name: text})

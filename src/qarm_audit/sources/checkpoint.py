@@ -1,0 +1,71 @@
+"""What a checkpoint is made of, as far as an audit goes: documents and headers, no weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+DECLARATION_FILES = ("config.json", "hf_quant_config.json", "quantization_config.json")
+"""Documents that can declare a quantization, read verbatim when present."""
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+class TensorEntry(NamedTuple):
+    """One entry of a safetensors header. A tuple: a million of these must stay cheap."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    """One ``.safetensors`` file as its header describes it."""
+
+    file: str
+    """Path relative to the checkpoint root, with ``/`` separators."""
+    size: int
+    """File size in bytes, as the filesystem or the remote reports it."""
+    header_length: int
+    """The 8-byte little-endian length prefix."""
+    metadata: dict[str, str] | None
+    tensors: tuple[TensorEntry, ...]
+    remote_sha256: str | None = None
+    """LFS sha256 reported by a remote; never computed locally, and labelled so."""
+
+    @property
+    def data_length(self) -> int:
+        return self.size - 8 - self.header_length
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a checkpoint was read from, for the report."""
+
+    kind: str
+    """``local``, ``hf-cache``, ``manifest``, ``hub`` or ``declaration``."""
+    location: str
+    """What the user typed (a path is shown as given, never made absolute)."""
+    repo: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Declaration documents verbatim, the index verbatim, and every shard header."""
+
+    origin: Origin
+    documents: dict[str, str] = field(default_factory=dict)
+    """File name -> verbatim text, for the files in :data:`DECLARATION_FILES` that exist."""
+    index_text: str | None = None
+    """``model.safetensors.index.json`` verbatim, or None for a single-file checkpoint."""
+    shards: tuple[ShardHeader, ...] = ()
+
+    @property
+    def has_weights(self) -> bool:
+        """False for a lone declaration audit: nothing shipped to cross-check."""
+        return bool(self.shards)

@@ -1,0 +1,195 @@
+"""Parse and validate one safetensors header, treating every byte as hostile.
+
+The format: an 8-byte little-endian length N, then N bytes of UTF-8 JSON (an object, padded
+with spaces), then the tensor data. Reading a shard never touches the data.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import HeaderError, HeaderTooLargeError
+from .checkpoint import ShardHeader, TensorEntry
+
+HEADER_CAP = 100_000_000
+"""The safetensors library's own limit on the header length, in bytes."""
+
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+"""Bits per element of every dtype the safetensors format defines."""
+
+MAX_DIM = 2**53
+"""Dimensions beyond this cannot come from a real file and would overflow other readers."""
+
+ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
+
+
+def length_prefix(prefix: bytes, *, where: str, size: int, cap: int = HEADER_CAP) -> int:
+    """Decode and bound the 8-byte length prefix of a file of ``size`` bytes."""
+    if len(prefix) < 8:
+        raise HeaderError(where, f"file is {size} bytes, shorter than the 8-byte length prefix")
+    length: int = struct.unpack("<Q", prefix[:8])[0]
+    if length > cap:
+        raise HeaderTooLargeError(where, f"header length {length} is above the cap of {cap} bytes")
+    if 8 + length > size:
+        raise HeaderError(where, f"header length {length} runs past the end of a {size}-byte file")
+    if length < 2:
+        raise HeaderError(where, f"header length {length} cannot hold a JSON object")
+    return length
+
+
+def _reject_duplicates(where: str) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise HeaderError(where, f"duplicate key {key!r} in header JSON")
+            out[key] = value
+        return out
+
+    return hook
+
+
+def _reject_constant(where: str) -> Any:
+    def hook(token: str) -> Any:
+        raise HeaderError(where, f"non-standard JSON literal {token} in header")
+
+    return hook
+
+
+def loads_strict(text: str, where: str, error: type[HeaderError] = HeaderError) -> Any:
+    """``json.loads`` that refuses duplicate keys, NaN/Infinity and pathological nesting."""
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates(where),
+            parse_constant=_reject_constant(where),
+        )
+    except HeaderError as exc:
+        if error is HeaderError:
+            raise
+        raise error(exc.where, exc.problem) from None
+    except RecursionError:
+        raise error(where, "JSON is nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise error(
+            where, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> ShardHeader:
+    """Parse the header bytes of ``file`` (without the prefix) and validate every entry."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(file, f"header is not UTF-8 (byte {exc.start})") from None
+    if not text.startswith("{"):
+        raise HeaderError(file, "header does not start with a JSON object")
+    document = loads_strict(text, file)
+    if not isinstance(document, dict):
+        raise HeaderError(file, "header is not a JSON object")
+    metadata = document.pop("__metadata__", None)
+    if metadata is not None and not (
+        isinstance(metadata, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise HeaderError(file, "__metadata__ must map strings to strings")
+    entries = [_entry(name, value, file) for name, value in document.items()]
+    validate_layout(entries, data_length=size - 8 - header_length, where=file)
+    return ShardHeader(
+        file=file,
+        size=size,
+        header_length=header_length,
+        metadata=metadata,
+        tensors=tuple(entries),
+    )
+
+
+def _entry(name: str, value: Any, where: str) -> TensorEntry:
+    if not isinstance(value, dict):
+        raise HeaderError(where, f"tensor {name!r}: entry is not an object")
+    if set(value) != ENTRY_KEYS:
+        raise HeaderError(
+            where, f"tensor {name!r}: keys {sorted(value)} are not {sorted(ENTRY_KEYS)}"
+        )
+    dtype, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
+    if not isinstance(dtype, str):
+        raise HeaderError(where, f"tensor {name!r}: dtype is not a string")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise HeaderError(where, f"tensor {name!r}: shape {shape!r} is not a list of counts")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+        raise HeaderError(where, f"tensor {name!r}: data_offsets {offsets!r} is not [begin, end]")
+    return TensorEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value < MAX_DIM
+
+
+def expected_nbytes(entry: TensorEntry, where: str) -> int:
+    """Bytes a tensor of this dtype and shape occupies, refusing sub-byte misalignment."""
+    bits = DTYPE_BITS.get(entry.dtype)
+    if bits is None:
+        raise HeaderError(where, f"tensor {entry.name!r}: unknown dtype {entry.dtype!r}")
+    numel = 1
+    for dim in entry.shape:
+        numel *= dim
+    total_bits = numel * bits
+    if total_bits % 8:
+        raise HeaderError(
+            where,
+            f"tensor {entry.name!r}: {numel} elements of {entry.dtype} do not end on a byte",
+        )
+    return total_bits // 8
+
+
+def validate_layout(entries: Iterable[TensorEntry], *, data_length: int, where: str) -> None:
+    """Sizes match dtype x shape; offsets run from 0 with no overlap or hole and fill the file."""
+    ordered = sorted(entries, key=lambda e: (e.begin, e.end))
+    cursor = 0
+    for entry in ordered:
+        if entry.end < entry.begin:
+            raise HeaderError(where, f"tensor {entry.name!r}: data_offsets end before they begin")
+        nbytes = expected_nbytes(entry, where)
+        if entry.end - entry.begin != nbytes:
+            raise HeaderError(
+                where,
+                f"tensor {entry.name!r}: data_offsets span {entry.end - entry.begin} bytes, "
+                f"{entry.dtype} {list(entry.shape)} needs {nbytes}",
+            )
+        if entry.begin < cursor:
+            raise HeaderError(where, f"tensor {entry.name!r}: data_offsets overlap another tensor")
+        if entry.begin > cursor:
+            raise HeaderError(
+                where, f"tensor {entry.name!r}: hole of {entry.begin - cursor} bytes before it"
+            )
+        cursor = entry.end
+    if cursor != data_length:
+        raise HeaderError(
+            where,
+            f"tensors end at byte {cursor} of the data but the file holds {data_length} data "
+            f"bytes (8 + header + data must equal the file size)",
+        )

@@ -1,0 +1,102 @@
+"""A checkpoint folder on disk: a plain folder or a Hugging Face cache snapshot.
+
+Only the declaration documents, the index and each shard's 8-byte prefix and header are read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import FetchError, ShardIndexError, SourceSpecError
+from .checkpoint import DECLARATION_FILES, INDEX_FILE, SINGLE_FILE, Checkpoint, Origin, ShardHeader
+from .header import HEADER_CAP, length_prefix, parse_header
+from .index import parse_index
+
+DOCUMENT_CAP = 256 * 1024 * 1024
+"""Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
+
+
+def read_text(path: Path, where: str, cap: int = DOCUMENT_CAP) -> str:
+    """Read a UTF-8 document, bounded in size."""
+    try:
+        size = path.stat().st_size
+        if size > cap:
+            raise SourceSpecError(where, f"{size} bytes is above the {cap}-byte document cap")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceSpecError(where, f"not UTF-8 text (byte {exc.start})") from None
+
+
+def read_local_shard(path: Path, file: str, cap: int = HEADER_CAP) -> ShardHeader:
+    """Read the prefix and header of one shard; never the tensor data."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            length = length_prefix(handle.read(8), where=file, size=size, cap=cap)
+            raw = handle.read(length)
+    except OSError as exc:
+        raise FetchError(file, f"cannot read: {exc.strerror or exc}") from None
+    return parse_header(raw, file=file, size=size, header_length=length)
+
+
+def _cache_repo(root: Path) -> tuple[str, str, Path] | None:
+    """``(repo_id, revision, repo_dir)`` when ``root`` is ``models--o--n/snapshots/<rev>``."""
+    resolved = root.resolve()
+    if resolved.parent.name != "snapshots":
+        return None
+    repo_dir = resolved.parent.parent
+    parts = repo_dir.name.split("--")
+    if len(parts) < 3 or parts[0] != "models":
+        return None
+    return "/".join(parts[1:]), resolved.name, repo_dir
+
+
+def _contained(path: Path, allowed: Path, where: str) -> Path:
+    """Refuse a file whose real location is outside the checkpoint (a hostile symlink)."""
+    real = path.resolve()
+    if not real.is_relative_to(allowed):
+        raise SourceSpecError(where, f"resolves outside the checkpoint, to {real}")
+    return real
+
+
+def read_folder(root: Path, location: str) -> Checkpoint:
+    """Read a checkpoint folder (single file, sharded with an index, or a cache snapshot)."""
+    if not root.is_dir():
+        raise SourceSpecError(location, "not a directory")
+    cache = _cache_repo(root)
+    allowed = cache[2] if cache else root.resolve()
+    origin = (
+        Origin("hf-cache", location, repo=cache[0], revision=cache[1])
+        if cache
+        else Origin("local", location)
+    )
+    documents: dict[str, str] = {}
+    for name in DECLARATION_FILES:
+        candidate = root / name
+        if candidate.is_file():
+            documents[name] = read_text(_contained(candidate, allowed, name), name)
+    index_text: str | None = None
+    index_path = root / INDEX_FILE
+    if index_path.is_file():
+        index_text = read_text(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
+        shard_files = parse_index(index_text).shard_files
+    elif (root / SINGLE_FILE).is_file():
+        shard_files = [SINGLE_FILE]
+    else:
+        shard_files = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
+    shards = []
+    for file in shard_files:
+        path = root / file
+        if not path.is_file():
+            raise ShardIndexError(INDEX_FILE, f"names shard {file!r}, which is not in {location}")
+        shards.append(read_local_shard(_contained(path, allowed, file), file))
+    if not documents and not shards:
+        raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
+    return Checkpoint(
+        origin=origin, documents=documents, index_text=index_text, shards=tuple(shards)
+    )
