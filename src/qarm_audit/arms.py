@@ -100,8 +100,12 @@ def arm_rows(
     modules: Mapping[str, ModuleInfo],
     memberships: Mapping[str, Membership],
     spellings: Mapping[str, Spelling],
+    refused: frozenset[str] = frozenset(),
 ) -> tuple[list[ArmRow], list[Finding]]:
-    """One row per (scheme, declared arm, executed arm); refusals where no arm exists."""
+    """One row per (scheme, declared arm, executed arm); refusals where no arm exists.
+
+    A module already refused for what it ships is not refused again for having no arm.
+    """
     groups: dict[tuple[str, ArmDecision], list[ModuleInfo]] = {}
     findings: list[Finding] = []
     for name, info in modules.items():
@@ -111,7 +115,7 @@ def arm_rows(
             continue
         decision = decide(profile, env, gpu, declaration, info, membership, spelling)
         groups.setdefault((membership.bucket, decision), []).append(info)
-        if decision.executed == "none":
+        if decision.executed == "none" and name not in refused:
             findings.append(
                 finding(
                     "no-arm",

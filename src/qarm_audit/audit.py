@@ -86,7 +86,10 @@ def _audit(
             )
             for key in resolution.unmatched
         )
-    arms, arm_findings = arm_rows(profile, env, gpu, declaration, modules, memberships, spellings)
+    refused = frozenset(f.module for f in refusals)
+    arms, arm_findings = arm_rows(
+        profile, env, gpu, declaration, modules, memberships, spellings, refused
+    )
     findings.extend(arm_findings)
     kv_tensors = [t for t in tensors if _operand_kind(t.name) is OperandKind.KV]
     findings.extend(_kv_findings(declaration, len(kv_tensors), checkpoint.has_weights))

@@ -78,11 +78,16 @@ class _Excludes:
 
     def __init__(self, entries: tuple[str, ...]) -> None:
         expanded: list[str] = []
+        self.origin: dict[str, str] = {}
+        """Expanded entry -> the entry as written, so provenance quotes the declaration."""
         for entry in entries:
             # vLLM's mapper splits "X*" (no dot before the star) into "X" and "X.*"
             if entry.endswith("*") and not entry.endswith(".*") and len(entry) > 1:
-                expanded += [entry[:-1], entry[:-1] + ".*"]
+                for part in (entry[:-1], entry[:-1] + ".*"):
+                    expanded.append(part)
+                    self.origin.setdefault(part, entry)
             expanded.append(entry)
+            self.origin[entry] = entry
         self.entries = entries
         self.exact = set(expanded)
         self.experts = [e for e in expanded if "experts" in e]
@@ -92,7 +97,8 @@ class _Excludes:
     def check(self, engine_name: str, shards: tuple[str, ...]) -> tuple[str, str] | None:
         """``(how, entry)`` when excluded; raises nothing: shard disagreement is the caller's."""
         if engine_name in self.exact:
-            return "exact", engine_name
+            written = self.origin[engine_name]
+            return ("exact" if written == engine_name else "wildcard"), written
         if ".experts" in engine_name:
             for entry in self.experts:
                 if engine_name in entry:
@@ -105,7 +111,7 @@ class _Excludes:
             self.substring.first(stripped) if stripped != engine_name else None
         )
         if substring is not None:
-            return "substring", substring
+            return "substring", self.origin.get(substring, substring)
         return None
 
 
