@@ -264,13 +264,20 @@ def _buckets(
 
 def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationInfo:
     rules: dict[str, int] = {}
+    per_scheme: dict[str, int] = {}
+    excludes: list[str] = []
+    targets: dict[str, str] = {}
     if declaration.modelopt is not None:
         if declaration.modelopt.layers is not None:
             rules["quantized_layers"] = len(declaration.modelopt.layers)
+            per_scheme = dict(sorted(Counter(declaration.modelopt.layers.values()).items()))
         rules["exclude_modules"] = len(declaration.modelopt.excludes)
+        excludes = list(declaration.modelopt.excludes)
     if declaration.compressed_tensors is not None:
         rules["targets"] = len(declaration.compressed_tensors.targets)
         rules["ignore"] = len(declaration.compressed_tensors.ignore)
+        excludes = list(declaration.compressed_tensors.ignore)
+        targets = dict(declaration.compressed_tensors.targets)
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,
@@ -284,6 +291,9 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
             for s in declaration.schemes.values()
         ],
         rules=rules,
+        layers_per_scheme=per_scheme,
+        excludes=excludes,
+        targets=targets,
         kv_cache=KvInfo(
             algo=declaration.kv.algo, where=declaration.kv.where, scales_shipped=kv_shipped
         )

@@ -54,8 +54,11 @@ class _Group(click.Group):
         except Exception as exc:
             if os.environ.get("QARM_DEBUG") == "1":
                 raise
-            click.echo(f"qarm: internal error: {type(exc).__name__}: {exc} "
-                       "(set QARM_DEBUG=1 for a traceback)", err=True)
+            click.echo(
+                f"qarm: internal error: {type(exc).__name__}: {exc} "
+                "(set QARM_DEBUG=1 for a traceback)",
+                err=True,
+            )
             ctx.exit(ExitCode.COULD_NOT_AUDIT)
 
 

@@ -39,7 +39,13 @@ class DeclarationInfo(_Row):
     producer: str | None
     schemes: list[SchemeInfo]
     rules: dict[str, int]
-    """How many rules of each kind: quantized_layers, excludes, targets, ignore."""
+    """How many rules of each kind: quantized_layers, exclude_modules, targets, ignore."""
+    layers_per_scheme: dict[str, int]
+    """MIXED_PRECISION: quantized_layers entries per algorithm."""
+    excludes: list[str]
+    """exclude_modules / ignore entries, as written."""
+    targets: dict[str, str]
+    """compressed-tensors target -> group."""
     kv_cache: KvInfo | None
     considered: list[str]
     reason: str | None

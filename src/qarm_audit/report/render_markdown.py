@@ -54,6 +54,7 @@ def render_markdown(report: Report) -> str:
     )
     if decl.reason:
         out += ["", f"> {_cell(decl.reason)}"]
+    out += ["", *_declared(report)]
     out += [
         "",
         "| scheme | tensors | modules | membership | description |",
@@ -93,6 +94,37 @@ def render_markdown(report: Report) -> str:
         ]
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def _declared(report: Report) -> list[str]:
+    """What the declaration says, before any tensor: schemes, rule counts, KV cache."""
+    decl = report.declaration
+    rules = ", ".join(f"{k} {v}" for k, v in decl.rules.items())
+    out = ["**Declared** " + (f"({rules})" if rules else "") + ":", ""]
+    per = decl.layers_per_scheme
+    for scheme in decl.schemes:
+        count = f" on {per[scheme.name]} listed modules" if scheme.name in per else ""
+        out.append(f"- `{_cell(scheme.name)}`: {_cell(scheme.description)}{count}")
+    if decl.kv_cache is not None:
+        out.append(
+            f"- KV cache: {decl.kv_cache.algo} ({decl.kv_cache.scales_shipped} scales shipped)"
+        )
+    if not decl.schemes and decl.kv_cache is None:
+        out.append("- nothing")
+    for title, items in (
+        ("excludes", decl.excludes),
+        ("targets", [f"{t} -> {g}" for t, g in decl.targets.items()]),
+    ):
+        if items:
+            out += [
+                "",
+                f"<details><summary>{title} ({len(items)})</summary>",
+                "",
+                *[f"- `{_cell(i)}`" for i in items],
+                "",
+                "</details>",
+            ]
+    return out
 
 
 def _findings(title: str, rows: list[FindingRow]) -> list[str]:

@@ -22,6 +22,19 @@ def _renderable(report: Report) -> RenderableType:
     parts: list[RenderableType] = [Text(verdict_line(report), style=STYLE[report.verdict])]
     if report.declaration.reason:
         parts.append(Text(report.declaration.reason, style="italic"))
+    decl = report.declaration
+    rules = ", ".join(f"{k} {v}" for k, v in decl.rules.items())
+    declared = Table(title=f"Declared ({rules})" if rules else "Declared", title_justify="left")
+    for column in ("scheme", "arm", "description"):
+        declared.add_column(column)
+    for scheme in decl.schemes:
+        declared.add_row(scheme.name, scheme.declared_arm, scheme.description)
+    if decl.kv_cache is not None:
+        declared.add_row(
+            "KV cache", decl.kv_cache.algo, f"{decl.kv_cache.scales_shipped} scales shipped"
+        )
+    if declared.row_count:
+        parts.append(declared)
     buckets = Table(title="Buckets", title_justify="left")
     for column, justify in (
         ("scheme", "left"),

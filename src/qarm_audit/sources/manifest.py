@@ -95,7 +95,7 @@ def write_manifest(checkpoint: Checkpoint, path: Path, *, force: bool = False) -
 
 
 def is_manifest_text(head: bytes) -> bool:
-    return b'"format": "qarm-manifest/' in head[:200]
+    return b'"qarm-manifest/' in head[:200]
 
 
 def read_manifest(path: Path, location: str) -> Checkpoint:

@@ -1,0 +1,102 @@
+"""The command line: exit codes, formats, schema, errors as one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import MANIFESTS, fp8_modelopt, llama, modelopt_file, write_checkpoint
+from qarm_audit.errors import ExitCode
+from qarm_audit.report.model import Report
+
+W4A4 = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
+
+
+def test_exit_0_clean(run) -> None:
+    result = run("audit", MANIFESTS / "seed-mtp-w4a16.manifest.json")
+    assert result.exit_code == ExitCode.CLEAN
+
+
+def test_exit_1_on_refusal(tmp_path: Path, run) -> None:
+    t = llama(spell=fp8_modelopt, lm_head=fp8_modelopt("lm_head", 256, 64))
+    path = write_checkpoint(
+        tmp_path / "c",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"])},
+    )
+    result = run("audit", path)
+    assert result.exit_code == ExitCode.FINDINGS
+    assert "unquantized-ships-quantized" in result.stdout
+
+
+def test_exit_2_on_usage_and_bad_input(tmp_path: Path, run) -> None:
+    assert run("audit").exit_code == ExitCode.BAD_INPUT
+    assert run("audit", W4A4, "--format", "xml").exit_code == ExitCode.BAD_INPUT
+    assert run("audit", W4A4, "--env", "NOPE").exit_code == ExitCode.BAD_INPUT
+    unknown = run("audit", W4A4, "--env", "NOPE=1")
+    assert unknown.exit_code == ExitCode.BAD_INPUT and "no setting NOPE" in unknown.stderr
+    assert run("audit", W4A4, "--engine", "nonexistent").exit_code == ExitCode.BAD_INPUT
+    assert run("audit", W4A4, "--gpu", "sm999").exit_code == ExitCode.BAD_INPUT
+    missing = run("audit", tmp_path / "nothing-here")
+    assert missing.exit_code == ExitCode.BAD_INPUT
+    assert missing.stderr.startswith("qarm: error: ") and missing.stderr.count("\n") == 1
+
+
+def test_exit_3_when_the_disk_fails(tmp_path: Path, run, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()})
+
+    def failing_open(self: Path, *args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(Path, "open", failing_open)
+    result = run("audit", path)
+    assert result.exit_code == ExitCode.COULD_NOT_AUDIT
+    assert "Input/output error" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_a_traceback(tmp_path: Path, run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QARM_DEBUG", "1")
+    result = run("audit", tmp_path / "missing")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "Traceback" in result.stderr
+
+
+def test_json_validates_against_the_published_schema(run) -> None:
+    schema = json.loads(run("schema").stdout)
+    assert schema["title"] == "Report"
+    report = json.loads(run("audit", W4A4, "-f", "json").stdout)
+    assert set(schema["required"]) <= set(report)
+    Report.model_validate(report)
+    assert report["schema_version"] == "1.0"
+    for bucket in ("unlisted", "kv_cache", "unclassified"):
+        assert bucket in [b["scheme"] for b in report["buckets"]]
+    assert {"scheme", "modules", "declared", "executed", "reason"} <= set(report["arms"][0])
+
+
+def test_summary_on_stderr_report_on_stdout(run) -> None:
+    result = run("audit", W4A4, "-f", "json")
+    json.loads(result.stdout)
+    assert "warnings (0 refusals, 2 warnings" in result.stderr
+
+
+def test_output_file(tmp_path: Path, run) -> None:
+    out = tmp_path / "report.md"
+    assert run("audit", W4A4, "-f", "markdown", "-o", out).exit_code == 0
+    assert out.read_text().startswith("### qarm audit")
+
+
+def test_table_format_names_the_arm_line(run) -> None:
+    result = run("audit", W4A4)
+    assert "W4A4-NVFP4" in result.stdout and "W4A16-NVFP4" in result.stdout
+
+
+def test_module_entry_point_and_console_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "qarm_audit", "--version"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "qarm" in done.stdout

@@ -1,0 +1,251 @@
+"""Declarations: both families, every real-world file, precedence and disagreements."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REALWORLD, llama, modelopt_file, nvfp4_modelopt, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.declarations import read_declaration
+
+REALWORLD_FILES = sorted(p for p in REALWORLD.glob("*/*.json"))
+
+EXPECTED = {
+    "aic-deepseek-v3-0324-nvfp4": ("modelopt", "NVFP4"),
+    "aic-deepseek-v4-flash-nvfp4": ("modelopt", "MIXED_PRECISION"),
+    "aic-deepseek-v4-pro-nvfp4": ("modelopt", "MIXED_PRECISION"),
+    "aic-glm5-nvfp4": ("modelopt", "NVFP4"),
+    "aic-kimi-k2.5-nvfp4-named": ("compressed-tensors", "pack-quantized"),
+    "aic-poolside-laguna-xs2-fp8": ("compressed-tensors", "float-quantized"),
+    "aic-qwen3-30b-a3b-nvfp4": ("modelopt", "NVFP4"),
+    "aic-qwen3-32b-nvfp4": ("modelopt", "NVFP4"),
+    "aic-redhat-deepseek-v4-flash-nvfp4-fp8": ("compressed-tensors", "mixed-precision"),
+    "aic-rh-glm-5.3-nvfp4-modelopt-in-config": ("modelopt", "NVFP4"),
+    "aic-sgl-deepseek-v4-flash-fp8-native": ("unreadable", None),
+    "ct-example-int4-w4a16": ("compressed-tensors", None),
+    "ct-example-int8-w8a8": ("compressed-tensors", None),
+    "ct-example-mixed-precision-fp8-nvfp4": ("compressed-tensors", None),
+    "llmc-example-fakequant-int8": ("compressed-tensors", "fakequant"),
+    "llmc-stories42m-pruned24-sparse-only": ("none", None),
+    "llmc-tinyllama-fp8-kv-legacy-compression-config": ("compressed-tensors", "float-quantized"),
+    "llmc-tinyllama-fp8-static-legacy-compression-config": (
+        "compressed-tensors",
+        "float-quantized",
+    ),
+    "nvfp4doctor-qwen3-8b-nvfp4-headers": ("absent", None),
+    "trtllm-deepseek-r1-nvfp4": ("modelopt", "NVFP4"),
+}
+
+
+def test_expected_table_covers_every_realworld_file() -> None:
+    assert sorted(EXPECTED) == sorted(p.parent.name for p in REALWORLD_FILES)
+
+
+@pytest.mark.parametrize("path", REALWORLD_FILES, ids=lambda p: p.parent.name)
+def test_every_realworld_declaration_parses_or_is_refused_by_name(path: Path, run) -> None:
+    family, algo = EXPECTED[path.parent.name]
+    result = run("audit", path, "-f", "json")
+    report = json.loads(result.stdout)
+    assert report["declaration"]["family"] == family
+    assert report["declaration"]["algo"] == algo
+    if family in ("unreadable", "absent"):
+        assert result.exit_code == 1
+        assert [r["code"] for r in report["refusals"]] == ["declaration-unreadable"]
+    else:
+        assert result.exit_code == 0, report["refusals"]
+        markdown = run("audit", path, "-f", "markdown").stdout
+        for scheme in report["declaration"]["schemes"]:
+            assert scheme["name"] in markdown
+
+
+def test_lone_declaration_prints_its_rules(run) -> None:
+    path = REALWORLD / "aic-deepseek-v3-0324-nvfp4" / "hf_quant_config.json"
+    report = json.loads(run("audit", path, "-f", "json").stdout)
+    assert report["declaration"]["rules"] == {"exclude_modules": 245}
+    assert report["totals"]["tensors"] == 0
+    assert "exclude_modules 245" in run("audit", path, "-f", "markdown").stdout
+
+
+def test_kimi_declaration_under_text_config_is_int4_not_nvfp4() -> None:
+    text = (REALWORLD / "aic-kimi-k2.5-nvfp4-named" / "config.json").read_text()
+    d = read_declaration({"config.json": text})
+    assert d.source == "config.json: text_config.quantization_config"
+    (scheme,) = d.schemes.values()
+    assert (scheme.family, scheme.weight_bits, scheme.weight_only) == ("int", 4, True)
+
+
+def test_modelopt_kv_scheme_string_and_dict_are_both_read() -> None:
+    for kv, expected in (
+        ("NVFP4", "NVFP4"),
+        ({"dynamic": False, "num_bits": 8, "type": "float"}, "FP8"),
+    ):
+        doc = {
+            "quantization_config": {
+                "quant_method": "modelopt",
+                "quant_algo": "NVFP4",
+                "kv_cache_scheme": kv,
+                "ignore": [],
+            }
+        }
+        assert read_declaration({"config.json": json.dumps(doc)}).kv.algo == expected
+
+
+def inline(algo: str, **extra: object) -> dict:
+    return {
+        "quantization_config": {
+            "quant_method": "modelopt",
+            "quant_algo": algo,
+            "producer": {"name": "modelopt"},
+            **extra,
+        }
+    }
+
+
+def test_config_json_wins_and_every_disagreement_is_reported() -> None:
+    config = inline(
+        "NVFP4", ignore=["lm_head", "model.layers.0*"], kv_cache_scheme="NVFP4", group_size=16
+    )
+    file = modelopt_file("W4A16_NVFP4", ["lm_head"], kv="FP8", group_size=32)
+    d = read_declaration(
+        {"config.json": json.dumps(config), "hf_quant_config.json": json.dumps(file)}
+    )
+    assert d.source == "config.json: quantization_config"
+    assert d.algo == "NVFP4"
+    messages = [f.message for f in d.findings if f.code == "declaration-disagreement"]
+    assert [m.split(":")[0] for m in messages] == [
+        "quant_algo",
+        "kv_cache_quant_algo",
+        "group_size",
+        "exclude set",
+    ]
+
+
+def test_agreeing_declarations_report_nothing() -> None:
+    config = inline(
+        "NVFP4", ignore=["lm_head"], kv_cache_scheme={"num_bits": 8, "type": "float"}, group_size=16
+    )
+    file = modelopt_file("NVFP4", ["lm_head"], kv="FP8")
+    d = read_declaration(
+        {"config.json": json.dumps(config), "hf_quant_config.json": json.dumps(file)}
+    )
+    assert d.findings == ()
+
+
+def test_mixed_without_quantized_layers_in_config_falls_through_to_the_file() -> None:
+    layers = {"model.layers.0.mlp.down_proj": {"quant_algo": "FP8"}}
+    d = read_declaration(
+        {
+            "config.json": json.dumps(inline("MIXED_PRECISION")),
+            "hf_quant_config.json": json.dumps(modelopt_file("MIXED_PRECISION", layers=layers)),
+        }
+    )
+    assert d.source == "hf_quant_config.json"
+    assert d.modelopt is not None and d.modelopt.layers == {"model.layers.0.mlp.down_proj": "FP8"}
+
+
+def test_per_algorithm_layer_counts_are_compared() -> None:
+    a = {f"m.{i}": {"quant_algo": "FP8"} for i in range(3)}
+    b = {f"m.{i}": {"quant_algo": "FP8" if i else "NVFP4"} for i in range(3)}
+    d = read_declaration(
+        {
+            "config.json": json.dumps(inline("MIXED_PRECISION", quantized_layers=a)),
+            "hf_quant_config.json": json.dumps(modelopt_file("MIXED_PRECISION", layers=b)),
+        }
+    )
+    assert any("quantized_layers per algorithm" in f.message for f in d.findings)
+
+
+def test_stale_modelopt_file_beside_a_compressed_tensors_config() -> None:
+    config = {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {
+                "g": {
+                    "targets": ["Linear"],
+                    "weights": {
+                        "num_bits": 4,
+                        "type": "float",
+                        "strategy": "tensor_group",
+                        "group_size": 16,
+                    },
+                }
+            },
+        }
+    }
+    d = read_declaration(
+        {
+            "config.json": json.dumps(config),
+            "hf_quant_config.json": json.dumps(modelopt_file("NVFP4")),
+        }
+    )
+    assert d.family == "compressed-tensors"
+    assert [f.code for f in d.findings] == ["stale-declaration"]
+
+
+def test_legacy_compression_config_and_lowercase_algo() -> None:
+    d = read_declaration(
+        {
+            "config.json": json.dumps(
+                {
+                    "compression_config": {
+                        "quant_method": "compressed-tensors",
+                        "config_groups": {
+                            "group_0": {
+                                "targets": ["Linear"],
+                                "weights": {"num_bits": 8, "type": "float"},
+                            }
+                        },
+                    }
+                }
+            )
+        }
+    )
+    assert d.source == "config.json: compression_config"
+    lower = read_declaration({"hf_quant_config.json": json.dumps(modelopt_file("fp8_pb_wo"))})
+    assert [f.code for f in lower.findings] == ["lowercase-algo"]
+    assert lower.schemes["fp8_pb_wo"].family == "fp8"
+
+
+def test_unknown_keys_are_kept_and_listed() -> None:
+    doc = inline("NVFP4", ignore=[], brand_new_key=1)
+    d = read_declaration({"config.json": json.dumps(doc)})
+    assert [f.code for f in d.findings] == ["unknown-keys"]
+    assert "brand_new_key" in d.findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        (
+            '{"quantization_config": {"quant_method": "modelopt", "quant_algo": ["x"]}}',
+            "quant_algo",
+        ),
+        ('{"quantization_config": 3}', "is not a JSON object"),
+        ('{"a": 1, "a": 2}', "duplicate key"),
+    ],
+    ids=["json", "type", "shape", "duplicate"],
+)
+def test_malformed_declaration_is_a_named_error_and_exit_2(
+    tmp_path: Path, run, text: str, message: str
+) -> None:
+    path = write_checkpoint(
+        tmp_path / "c",
+        {"model.safetensors": llama(spell=lambda m, o, i: nvfp4_modelopt(m, o, i))},
+        {"config.json": text},
+    )
+    result = run("audit", path)
+    assert result.exit_code == 2, result.stdout
+    assert message in result.stderr and "config.json" in result.stderr
+
+
+def test_sparsity_only_checkpoint_is_not_quantized(tmp_path: Path) -> None:
+    text = (REALWORLD / "llmc-stories42m-pruned24-sparse-only" / "config.json").read_text()
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": text})
+    report = audit(str(path))
+    assert report.declaration.family == "none"
+    assert "sparsity only" in (report.declaration.reason or "")
+    assert report.refusals == []

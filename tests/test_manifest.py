@@ -1,0 +1,139 @@
+"""Manifests: lossless, deterministic, diff-friendly, atomic; auditing one equals auditing its source."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import MANIFESTS, fp8_modelopt, llama, modelopt_file, nvfp4_modelopt, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.errors import HeaderError, ManifestError
+from qarm_audit.report import render_json, render_markdown
+from qarm_audit.sources import open_source, render_manifest, write_manifest
+
+
+def sharded(tmp_path: Path) -> Path:
+    t = llama(
+        spell=lambda m, o, i: (
+            nvfp4_modelopt(m, o, i, input_scale=True) if ".mlp." in m else fp8_modelopt(m, o, i)
+        )
+    )
+    names = sorted(t)
+    shards = {
+        "model-00001-of-00002.safetensors": {n: t[n] for n in names[:20]},
+        "model-00002-of-00002.safetensors": {n: t[n] for n in names[20:]},
+    }
+    documents = {
+        "config.json": '{\r\n  "model_type": "llama"\r\n}',  # CRLF, no final newline
+        "hf_quant_config.json": modelopt_file("NVFP4", ["lm_head"], kv="FP8"),
+    }
+    return write_checkpoint(tmp_path / "ckpt", shards, documents)
+
+
+def without_source(report) -> dict:
+    data = json.loads(render_json(report))
+    data.pop("source")
+    return data
+
+
+def test_round_trip_is_exact_and_audits_identically(tmp_path: Path, run) -> None:
+    folder = sharded(tmp_path)
+    out = tmp_path / "m.manifest.json"
+    result = run("manifest", folder, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    original = open_source(str(folder))
+    loaded = open_source(str(out))
+    assert loaded.documents == original.documents
+    assert loaded.index_text == original.index_text
+    assert loaded.shards == original.shards
+    assert render_manifest(loaded) == out.read_text()
+    assert without_source(audit(str(out))) == without_source(audit(str(folder)))
+
+
+def test_manifest_bytes_are_deterministic_and_one_tensor_per_line(tmp_path: Path) -> None:
+    folder = sharded(tmp_path)
+    a = render_manifest(open_source(str(folder)))
+    b = render_manifest(open_source(str(folder)))
+    assert a == b
+    rows = [line for line in a.splitlines() if line.startswith('  ["')]
+    assert len(rows) == sum(len(s.tensors) for s in open_source(str(folder)).shards)
+    assert str(tmp_path) not in a
+
+
+def test_write_is_atomic_and_never_clobbers_a_different_file(tmp_path: Path, run) -> None:
+    folder = sharded(tmp_path)
+    out = tmp_path / "m.json"
+    out.write_text("something else")
+    result = run("manifest", folder, "-o", out)
+    assert result.exit_code == 2
+    assert "--force" in result.stderr
+    assert out.read_text() == "something else"
+    assert run("manifest", folder, "-o", out, "--force").exit_code == 0
+    again = run("manifest", folder, "-o", out)
+    assert again.exit_code == 0 and "unchanged" in again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "m.json"]
+
+
+def test_gzip_manifest_round_trips(tmp_path: Path) -> None:
+    folder = sharded(tmp_path)
+    out = tmp_path / "m.json.gz"
+    checkpoint = open_source(str(folder))
+    assert write_manifest(checkpoint, out)
+    assert open_source(str(out)).shards == checkpoint.shards
+    assert not write_manifest(checkpoint, out)  # identical bytes: nothing written
+
+
+def test_committed_manifests_round_trip() -> None:
+    for path in sorted(MANIFESTS.glob("*.json")):
+        assert render_manifest(open_source(str(path))) == path.read_text(), path.name
+
+
+@pytest.mark.parametrize(
+    ("mutate", "error", "message"),
+    [
+        (lambda d: d.update(format="qarm-manifest/99"), ManifestError, "not a qarm-manifest/1"),
+        (
+            lambda d: d["shards"][0]["tensors"].append(["x", "F32", [-1], 0, 4]),
+            ManifestError,
+            "malformed tensor row",
+        ),
+        (
+            lambda d: d["shards"][0].update(file="../evil.safetensors"),
+            Exception,
+            "not a plain relative name",
+        ),
+        (
+            lambda d: d["shards"][0].update(size=d["shards"][0]["size"] + 1),
+            HeaderError,
+            "8 + header + data",
+        ),
+        (
+            lambda d: d["shards"][0]["tensors"].append(d["shards"][0]["tensors"][0]),
+            ManifestError,
+            "appears twice",
+        ),
+    ],
+    ids=["format", "shape", "traversal", "size", "duplicate"],
+)
+def test_hostile_manifest_is_a_named_error(tmp_path: Path, run, mutate, error, message) -> None:
+    folder = sharded(tmp_path)
+    document = json.loads(render_manifest(open_source(str(folder))))
+    mutate(document)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(error, match=re.escape(message)):
+        open_source(str(path))
+    assert run("audit", path).exit_code == 2
+
+
+def test_reports_are_byte_identical_and_leak_no_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sharded(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert render_json(audit("ckpt")) == render_json(audit("ckpt"))
+    assert render_markdown(audit("ckpt")) == render_markdown(audit("ckpt"))
+    assert str(tmp_path) not in render_json(audit("ckpt")) + render_markdown(audit("ckpt"))

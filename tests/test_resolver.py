@@ -1,0 +1,239 @@
+"""The resolver, pure: tensor names and a declaration in, memberships out, as engines resolve them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qarm_audit.declarations import read_declaration
+from qarm_audit.errors import PatternError
+from qarm_audit.inventory import build_inventory
+from qarm_audit.resolver import resolve
+from qarm_audit.sources.checkpoint import TensorEntry
+
+LINEAR = ("weight", "weight_scale")
+
+
+def entries(*modules: str, operands: tuple[str, ...] = LINEAR) -> list[TensorEntry]:
+    out = []
+    for module in modules:
+        for op in operands:
+            shape = (8, 8) if op == "weight" else ()
+            out.append(TensorEntry(f"{module}.{op}", "F32", shape, 0, 0))
+    return out
+
+
+def resolved(document: dict, tensors: list[TensorEntry], name: str = "hf_quant_config.json"):
+    declaration = read_declaration({name: json.dumps(document)})
+    resolution = resolve(declaration, build_inventory(tensors))
+    return resolution
+
+
+def modelopt(algo: str = "NVFP4", excludes: list[str] | None = None, layers: dict | None = None):
+    q: dict = {"quant_algo": algo, "exclude_modules": excludes or []}
+    if layers is not None:
+        q["quantized_layers"] = layers
+    return {"producer": {"name": "modelopt"}, "quantization": q}
+
+
+def how(resolution, module: str) -> tuple[str, str, str]:
+    m = resolution.memberships[module]
+    return m.bucket, m.how, m.rule
+
+
+ATTN = [
+    f"model.layers.{i}.self_attn.{p}" for i in (0, 1, 10) for p in ("q_proj", "k_proj", "v_proj")
+]
+MLP = [
+    f"model.layers.{i}.mlp.{p}" for i in (0, 1, 10) for p in ("gate_proj", "up_proj", "down_proj")
+]
+
+
+# --- ModelOpt excludes: vLLM's three stages on the engine's (fused) name --------------------
+
+
+def test_exact_exclude() -> None:
+    r = resolved(modelopt(excludes=["lm_head"]), entries("lm_head", *MLP))
+    assert how(r, "lm_head") == ("excluded", "exact", "lm_head")
+    assert how(r, MLP[0])[0] == "NVFP4"
+
+
+def test_wildcard_crosses_dots_and_is_labelled() -> None:
+    r = resolved(modelopt(excludes=["model.layers.1.*"]), entries(*MLP))
+    assert how(r, "model.layers.1.mlp.down_proj") == ("excluded", "wildcard", "model.layers.1.*")
+    assert how(r, "model.layers.10.mlp.down_proj")[0] == "NVFP4"  # the dot form spares layer 10
+
+
+def test_star_without_dot_also_matches_layer_10() -> None:
+    r = resolved(modelopt(excludes=["model.layers.1*"]), entries(*MLP))
+    assert how(r, "model.layers.10.mlp.down_proj")[:2] == ("excluded", "wildcard")
+
+
+def test_bare_gate_excludes_gate_up_proj_by_substring_only_and_says_so() -> None:
+    r = resolved(modelopt(excludes=["gate"]), entries(*MLP))
+    assert how(r, "model.layers.0.mlp.gate_proj") == ("excluded", "substring", "gate")
+    assert how(r, "model.layers.0.mlp.up_proj") == ("excluded", "substring", "gate")  # fused
+    assert how(r, "model.layers.0.mlp.down_proj")[0] == "NVFP4"
+    assert {f.code for f in r.findings} == {"substring-exclude"}
+
+
+def test_wildcard_on_hf_shards_leaves_the_fused_module_quantized() -> None:
+    r = resolved(modelopt(excludes=["*q_proj"]), entries(*ATTN))
+    assert how(r, "model.layers.0.self_attn.q_proj")[0] == "NVFP4"
+
+
+def test_shard_listed_alone_splits_a_fused_module() -> None:
+    r = resolved(modelopt(excludes=["model.layers.0.self_attn.q_proj"]), entries(*ATTN))
+    assert [f.code for f in r.findings] == ["fused-shards-disagree"]
+    assert r.findings[0].module == "model.layers.0.self_attn.qkv_proj"
+
+
+def test_all_shards_listed_excludes_the_fused_module() -> None:
+    shards = [f"model.layers.0.self_attn.{p}" for p in ("q_proj", "k_proj", "v_proj")]
+    r = resolved(modelopt(excludes=shards), entries(*ATTN))
+    assert all(how(r, s)[:2] == ("excluded", "exact") for s in shards)
+    assert r.findings == []
+
+
+def test_one_expert_excluded_excludes_the_routed_experts_layer() -> None:
+    experts = [f"model.layers.0.mlp.experts.{e}.{p}" for e in range(3) for p in ("w1", "w2")]
+    r = resolved(modelopt(excludes=["model.layers.0.mlp.experts.1.w2"]), entries(*experts))
+    assert all(how(r, m)[0] == "excluded" for m in experts)
+
+
+# --- MIXED_PRECISION lookup strategies, in vLLM's order ----------------------------------
+
+
+def test_mixed_exact_and_unlisted() -> None:
+    r = resolved(
+        modelopt("MIXED_PRECISION", layers={MLP[0]: {"quant_algo": "FP8"}}), entries(MLP[0], MLP[2])
+    )
+    assert how(r, MLP[0]) == ("FP8", "exact", MLP[0])
+    assert how(r, MLP[2]) == ("unlisted", "none", "")
+
+
+def test_mixed_prefix_takes_the_first_child_in_map_order_not_sorted_order() -> None:
+    layers = {
+        "model.layers.0.attn.z_proj": {"quant_algo": "NVFP4"},
+        "model.layers.0.attn.a_proj": {"quant_algo": "FP8"},
+    }
+    tensors = [TensorEntry("model.layers.0.attn.A_log", "F32", (4,), 0, 0)]
+    r = resolved(modelopt("MIXED_PRECISION", layers=layers), tensors)
+    assert how(r, "model.layers.0.attn") == ("NVFP4", "prefix", "model.layers.0.attn.z_proj")
+    assert [f.code for f in r.findings] == ["prefix-children-disagree"]
+
+
+def test_mixed_prefix_does_not_match_a_sibling_with_a_longer_name() -> None:
+    layers = {"model.layers.0.attn2.q": {"quant_algo": "FP8"}}
+    tensors = [TensorEntry("model.layers.0.attn.A_log", "F32", (4,), 0, 0)]
+    r = resolved(modelopt("MIXED_PRECISION", layers=layers), tensors)
+    assert how(r, "model.layers.0.attn")[0] == "unlisted"
+
+
+def test_mixed_language_model_alias_and_lm_head() -> None:
+    layers = {
+        "model.language_model.layers.0.mlp.down_proj": {"quant_algo": "FP8"},
+        "lm_head": {"quant_algo": "NVFP4"},
+    }
+    r = resolved(
+        modelopt("MIXED_PRECISION", layers=layers),
+        entries("language_model.model.layers.0.mlp.down_proj", "language_model.lm_head"),
+    )
+    assert how(r, "language_model.model.layers.0.mlp.down_proj")[0] == "FP8"
+    assert how(r, "language_model.lm_head") == ("NVFP4", "exact", "lm_head")
+
+
+def test_mixed_keyed_by_fused_experts_container() -> None:
+    """DeepSeek-V4 maps ``layers.N.ffn.experts`` rather than per-expert Linear names."""
+    layers = {"layers.0.ffn.experts": {"quant_algo": "NVFP4", "group_size": 16}}
+    experts = [f"layers.0.ffn.experts.{e}.w{k}" for e in range(4) for k in (1, 2, 3)]
+    r = resolved(modelopt("MIXED_PRECISION", layers=layers), entries(*experts))
+    assert all(how(r, m) == ("NVFP4", "experts", "layers.0.ffn.experts") for m in experts)
+    assert r.unmatched == []
+
+
+def test_mixed_entry_with_no_module_is_unmatched() -> None:
+    r = resolved(
+        modelopt("MIXED_PRECISION", layers={"model.layers.9.mlp.down_proj": {"quant_algo": "FP8"}}),
+        entries(MLP[0]),
+    )
+    assert r.unmatched == ["model.layers.9.mlp.down_proj"]
+
+
+# --- compressed-tensors targets and ignores ---------------------------------------------
+
+
+def ct(groups: dict, ignore: list[str] | None = None) -> dict:
+    return {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": groups,
+            "ignore": ignore or [],
+        }
+    }
+
+
+FP8_GROUP = {"weights": {"num_bits": 8, "type": "float", "strategy": "tensor"}}
+
+
+def test_ct_regex_is_anchored_at_the_start_only() -> None:
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:.*q_proj", "re:down_proj"]}})
+    r = resolved(doc, entries(*ATTN, *MLP), "config.json")
+    assert how(r, "model.layers.0.self_attn.q_proj") == ("g", "regex", "re:.*q_proj")
+    # re.match, not search: "down_proj" does not match at the start of the name
+    assert how(r, "model.layers.0.mlp.down_proj")[0] == "unlisted"
+
+
+def test_ct_regex_is_not_fullmatch() -> None:
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:model.layers.1"]}})
+    r = resolved(doc, entries(*MLP), "config.json")
+    assert how(r, "model.layers.10.mlp.down_proj")[0] == "g"  # prefix match reaches layer 10
+
+
+def test_ct_class_target_matches_linear_modules_only() -> None:
+    tensors = entries(*MLP) + [
+        TensorEntry("model.norm.weight", "BF16", (8,), 0, 0),
+        TensorEntry("model.embed_tokens.weight", "BF16", (8, 8), 0, 0),
+    ]
+    r = resolved(
+        ct({"g": {**FP8_GROUP, "targets": ["Linear"]}}, ["lm_head"]), tensors, "config.json"
+    )
+    assert how(r, MLP[0]) == ("g", "class", "Linear")
+    assert how(r, "model.norm")[0] == "unlisted"
+    assert how(r, "model.embed_tokens")[0] == "unlisted"
+
+
+def test_ct_exact_name_target_beats_a_later_class_target() -> None:
+    groups = {
+        "a": {**FP8_GROUP, "targets": ["Linear"]},
+        "b": {**FP8_GROUP, "targets": ["model.layers.0.mlp.down_proj"]},
+    }
+    r = resolved(ct(groups), entries(*MLP), "config.json")
+    assert how(r, "model.layers.0.mlp.down_proj") == ("b", "exact", "model.layers.0.mlp.down_proj")
+
+
+def test_ct_same_target_in_two_groups_last_group_wins() -> None:
+    groups = {"a": {**FP8_GROUP, "targets": ["Linear"]}, "b": {**FP8_GROUP, "targets": ["Linear"]}}
+    r = resolved(ct(groups), entries(*MLP), "config.json")
+    assert how(r, MLP[0])[0] == "b"
+
+
+def test_ct_ignore_names_and_regexes() -> None:
+    doc = ct({"g": {**FP8_GROUP, "targets": ["Linear"]}}, ["re:.*self_attn.*", MLP[0]])
+    r = resolved(doc, entries(*ATTN, *MLP), "config.json")
+    assert how(r, ATTN[0]) == ("excluded", "regex", "re:.*self_attn.*")
+    assert how(r, MLP[0])[:2] == ("excluded", "exact")
+    assert [f.code for f in r.findings] == ["fused-shards-disagree"]  # gate ignored, up not
+
+
+def test_ct_catastrophic_pattern_is_refused_by_name() -> None:
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:(a+)+$"]}})
+    with pytest.raises(PatternError, match="nests quantifiers"):
+        resolved(doc, entries(*MLP), "config.json")
+
+
+def test_ct_broken_pattern_is_refused_by_name() -> None:
+    with pytest.raises(PatternError, match="does not compile"):
+        resolved(ct({"g": {**FP8_GROUP, "targets": ["re:([a-z"]}}), entries(*MLP), "config.json")
