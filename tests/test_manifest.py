@@ -1,4 +1,4 @@
-"""Manifests: lossless, deterministic, diff-friendly, atomic; auditing one equals auditing its source."""
+"""Manifests: lossless, deterministic, diff-friendly, atomic; auditing one equals its source."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The resolver, pure: tensor names and a declaration in, memberships out, as engines resolve them."""
+"""The resolver, pure: names and a declaration in, memberships out, as engines resolve them."""
 
 from __future__ import annotations
 
@@ -193,7 +193,8 @@ def test_ct_regex_is_not_fullmatch() -> None:
 
 
 def test_ct_class_target_matches_linear_modules_only() -> None:
-    tensors = entries(*MLP) + [
+    tensors = [
+        *entries(*MLP),
         TensorEntry("model.norm.weight", "BF16", (8,), 0, 0),
         TensorEntry("model.embed_tokens.weight", "BF16", (8, 8), 0, 0),
     ]
