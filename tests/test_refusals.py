@@ -360,3 +360,22 @@ def test_refusal_exit_code_cannot_be_hidden_by_the_default(tmp_path: Path, run) 
     t = llama(spell=spell_seed, lm_head=fp8_modelopt("lm_head", 256, H))
     assert run("audit", mixed(tmp_path, t)).exit_code == 1
     assert run("audit", mixed(tmp_path / "x", t), "--fail-on", "never").exit_code == 0
+
+
+def test_modelopt_nvfp4_declared_compressed_tensors_spelling_shipped_is_refused(
+    tmp_path: Path, run
+) -> None:
+    """Same family, other producer: the engine's ModelOpt loader finds no ``weight``."""
+    t = llama(spell=spell_seed)
+    m = "model.layers.0.mlp.down_proj"
+    for k in [k for k in t if k.startswith(m + ".")]:
+        del t[k]
+    t.update(
+        {
+            f"{m}.weight_packed": ("U8", (H, INTER // 2)),
+            f"{m}.weight_scale": ("F8_E4M3", (H, INTER // 16)),
+            f"{m}.weight_global_scale": ("F32", (1,)),
+        }
+    )
+    report = refused(run, mixed(tmp_path, t), "spelling-mismatch", m)
+    assert "compressed-tensors spelling" in report["refusals"][0]["message"]

@@ -1,0 +1,151 @@
+"""Delete each guarded branch on purpose and check that a test goes red.
+
+Every refusal class and integrity check has a mutation here. A mutation that leaves the suite
+green is a guarantee nothing measures. The tree is restored after each run (and checked).
+
+    python scripts/check_mutations.py            # all mutations
+    python scripts/check_mutations.py no-arm     # those whose name contains "no-arm"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "qarm_audit"
+
+MUTATIONS: list[tuple[str, str, str, str]] = [
+    # (name, file, original text, mutated text)
+    ("unclassified-operand", "crosscheck.py",
+     "if classify_operand(operand) is OperandKind.UNCLASSIFIED:",
+     "if False and classify_operand(operand) is OperandKind.UNCLASSIFIED:"),
+    ("unquantized-ships-quantized", "crosscheck.py",
+     "    if scheme is None:\n        if spelling.quantized:",
+     "    if scheme is None:\n        if False:"),
+    ("quantized-ships-unquantized", "crosscheck.py",
+     "                \"quantized-ships-unquantized\",",
+     "                \"quantized-ships-unquantized\" if False else \"input-scale-unread\","),
+    ("container-skip", "crosscheck.py",
+     "if membership.how in INHERITED and info.kind != \"linear\":",
+     "if False:"),
+    ("spelling-mismatch-family", "crosscheck.py",
+     "if spelling.family not in COMPATIBLE.get(scheme.family, frozenset()):",
+     "if False:"),
+    ("spelling-mismatch-producer", "crosscheck.py",
+     "        spelling.producer\n        and spelling.producer not in",
+     "        False\n        and spelling.producer not in"),
+    ("operand-missing", "crosscheck.py",
+     "            if operand.required:",
+     "            if False:"),
+    ("operand-dtype", "crosscheck.py",
+     "if operand.dtypes is not None and entry.dtype not in operand.dtypes:",
+     "if False:"),
+    ("operand-shape", "crosscheck.py",
+     "if dims is not None and not _shape_ok(operand.shape, entry, *dims, scheme.group_size):",
+     "if False:"),
+    ("w4a16-accepts-input-scale", "crosscheck.py",
+     "Operand(\"input_scale\", F32, \"[]\", required=static),\n            ]\n        if scheme.family == \"mxfp8\":",
+     "Operand(\"input_scale\", F32, \"[]\", required=True),\n            ]\n        if scheme.family == \"mxfp8\":"),
+    ("no-arm", "arms.py",
+     "if decision.executed == \"none\" and name not in refused:",
+     "if False:"),
+    ("declared-arm-differs", "arms.py",
+     "if decision.executed not in (\"none\", decision.declared):",
+     "if False:"),
+    ("declared-module-missing", "audit.py",
+     "            for key in resolution.unmatched\n",
+     "            for key in ()\n"),
+    ("declaration-unreadable", "audit.py",
+     "    if declaration.family == \"unreadable\":",
+     "    if False:"),
+    ("kv-scales-missing", "audit.py",
+     "if declaration.kv is not None and shipped == 0:",
+     "if False:"),
+    ("kv-not-a-weight-spelling", "operands.py",
+     "    if operand in KV_OPERANDS:\n        return OperandKind.KV",
+     "    if operand in KV_OPERANDS:\n        return OperandKind.QUANT"),
+    ("fused-disagree-modelopt", "resolver.py",
+     "            if len(buckets) > 1:\n                detail",
+     "            if False:\n                detail"),
+    ("fused-disagree-compressed-tensors", "resolver.py",
+     "                if len(buckets) > 1:\n                    detail",
+     "                if False:\n                    detail"),
+    ("fused-disagree-exclude", "resolver.py",
+     "            elif listed:",
+     "            elif False:"),
+    ("exclude-substring-stage", "resolver.py",
+     "        if substring is not None:\n            return \"substring\"",
+     "        if False:\n            return \"substring\""),
+    ("exclude-wildcard-stage", "resolver.py",
+     "        if wildcard is not None:\n            return \"wildcard\", wildcard",
+     "        if False:\n            return \"wildcard\", wildcard"),
+    ("exclude-experts-rule", "resolver.py",
+     "                if engine_name in entry:",
+     "                if False:"),
+    ("mixed-prefix-scan", "resolver.py",
+     "            key = self._first_child(candidate)\n            if key is not None:",
+     "            key = None\n            if key is not None:"),
+    ("ct-regex-match-not-search", "matchers.py",
+     "not self._any.match(name):\n            return None\n        for i, pattern in enumerate(self.compiled):\n            if pattern.match(name):",
+     "not self._any.search(name):\n            return None\n        for i, pattern in enumerate(self.compiled):\n            if pattern.search(name):"),
+    ("integrity-duplicate-names", "integrity.py",
+     "            if previous != shard.file:",
+     "            if False:"),
+    ("integrity-index-to-header", "integrity.py",
+     "        if wrong:",
+     "        if False:"),
+    ("integrity-header-to-index", "integrity.py",
+     "        if unlisted:",
+     "        if False:"),
+    ("header-overlap", "sources/header.py",
+     "        if entry.begin < cursor:",
+     "        if False:"),
+    ("header-size", "sources/header.py",
+     "        if entry.end - entry.begin != nbytes:",
+     "        if False:"),
+    ("buckets-sum", "audit.py",
+     "            tensors[bucket] += 1\n",
+     "            tensors[bucket] += 1 if bucket != KV_CACHE else 0\n"),
+]
+
+
+def digest() -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SRC.rglob("*.py")))).hexdigest()
+
+
+def main() -> int:
+    wanted = sys.argv[1:]
+    before = digest()
+    survived = []
+    for name, file, original, mutated in MUTATIONS:
+        if wanted and not any(w in name for w in wanted):
+            continue
+        path = SRC / file
+        text = path.read_text()
+        count = text.count(original)
+        if count != 1:
+            print(f"{name}: NOT APPLIED (pattern found {count} times)")
+            survived.append(name)
+            continue
+        path.write_text(text.replace(original, mutated))
+        try:
+            done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                                   "no:cacheprovider", str(ROOT / "tests")],
+                                  capture_output=True, text=True, cwd=ROOT)
+        finally:
+            path.write_text(text)
+        red = done.returncode != 0
+        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+        print(f"{name}: {'red' if red else 'GREEN (survived)'} {failed[:1]}")
+        if not red:
+            survived.append(name)
+    assert digest() == before, "tree not restored"
+    print(f"{len(survived)} survived: {survived}" if survived else "every mutation went red")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
