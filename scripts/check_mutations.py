@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "qarm_audit"
 
+# fmt: off
 MUTATIONS: list[tuple[str, str, str, str]] = [
     # (name, file, original text, mutated text)
     ("unclassified-operand", "crosscheck.py",
@@ -110,6 +111,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "            tensors[bucket] += 1\n",
      "            tensors[bucket] += 1 if bucket != KV_CACHE else 0\n"),
 ]
+# fmt: on
 
 
 def digest() -> str:
@@ -132,9 +134,21 @@ def main() -> int:
             continue
         path.write_text(text.replace(original, mutated))
         try:
-            done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
-                                   "no:cacheprovider", str(ROOT / "tests")],
-                                  capture_output=True, text=True, cwd=ROOT)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-x",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    str(ROOT / "tests"),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
         finally:
             path.write_text(text)
         red = done.returncode != 0
