@@ -87,6 +87,9 @@ def write_manifest(checkpoint: Checkpoint, path: Path, *, force: bool = False) -
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; a manifest is an ordinary file
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
