@@ -408,7 +408,8 @@ def _compare(winner: _Candidate, other: _Candidate) -> list[Finding]:
 
     differ("quant_algo", a.quant_algo, b.quant_algo)
     differ("kv_cache_quant_algo", a.kv_algo, b.kv_algo)
-    differ("group_size", a.group_size, b.group_size)
+    if a.group_size is not None and b.group_size is not None:  # one silent is not a dispute
+        differ("group_size", a.group_size, b.group_size)
     only_a = sorted(set(a.excludes) - set(b.excludes))
     only_b = sorted(set(b.excludes) - set(a.excludes))
     if only_a or only_b:

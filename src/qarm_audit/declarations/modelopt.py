@@ -106,6 +106,16 @@ def kv_algo_of_scheme(scheme: dict[str, Any] | str | None) -> str | None:
     return f"{scheme.get('type')}{scheme.get('num_bits')}"
 
 
+def _group_size_of_groups(groups: dict[str, Any] | None) -> int | None:
+    """ModelOpt's config.json converter writes the group size inside ``config_groups`` only."""
+    for group in (groups or {}).values():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        size = weights.get("group_size") if isinstance(weights, dict) else None
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
+
+
 def normalize_inline(config: InlineConfig) -> Normalized:
     nested = config.quantization
     algo = config.quant_algo or (nested.quant_algo if nested else None)
@@ -117,6 +127,8 @@ def normalize_inline(config: InlineConfig) -> Normalized:
     )
     layers = config.quantized_layers or (nested.quantized_layers if nested else None)
     group = config.group_size or (nested.group_size if nested else None)
+    if group is None:
+        group = _group_size_of_groups(config.config_groups)
     return Normalized(
         quant_algo=algo,
         kv_algo=kv,
