@@ -1,0 +1,169 @@
+"""Property tests: any input parses or raises a named QarmError; valid inputs round-trip."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qarm_audit.declarations import read_declaration
+from qarm_audit.errors import QarmError
+from qarm_audit.inventory import build_inventory
+from qarm_audit.resolver import resolve
+from qarm_audit.sources.checkpoint import Checkpoint, Origin, TensorEntry
+from qarm_audit.sources.header import DTYPE_BITS, length_prefix, parse_header
+from qarm_audit.sources.index import parse_index
+from qarm_audit.sources.manifest import parse_manifest, render_manifest
+
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(st.binary(max_size=400))
+def test_any_bytes_parse_or_raise_a_named_error(data: bytes) -> None:
+    try:
+        length = length_prefix(data[:8], where="x", size=len(data))
+        parse_header(data[8 : 8 + length], file="x", size=len(data), header_length=length)
+    except QarmError:
+        pass
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def header_bytes(document: object) -> bytes:
+    body = json.dumps(document).encode()
+    return struct.pack("<Q", len(body)) + body
+
+
+@FAST
+@given(st.dictionaries(st.text(max_size=10), JSONISH, max_size=5), st.integers(0, 64))
+def test_any_json_header_parses_or_raises_a_named_error(document: dict, data: int) -> None:
+    raw = header_bytes(document) + b"\x00" * data
+    try:
+        length = length_prefix(raw[:8], where="x", size=len(raw))
+        parse_header(raw[8 : 8 + length], file="x", size=len(raw), header_length=length)
+    except QarmError:
+        pass
+
+
+TENSORS = st.lists(
+    st.tuples(
+        st.text(alphabet="abc.", min_size=1, max_size=12),
+        st.sampled_from(sorted(b for b in DTYPE_BITS if DTYPE_BITS[b] >= 8)),
+        st.lists(st.integers(0, 5), max_size=3),
+    ),
+    max_size=8,
+    unique_by=lambda t: t[0],
+)
+
+
+@FAST
+@given(TENSORS)
+def test_valid_headers_parse_and_round_trip_through_a_manifest(tensors: list) -> None:
+    header: dict = {}
+    offset = 0
+    for name, dtype, shape in tensors:
+        numel = 1
+        for d in shape:
+            numel *= d
+        size = numel * DTYPE_BITS[dtype] // 8
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = header_bytes(header) + b"\x00" * offset
+    length = length_prefix(raw[:8], where="x", size=len(raw))
+    shard = parse_header(
+        raw[8 : 8 + length], file="m.safetensors", size=len(raw), header_length=length
+    )
+    assert [t.name for t in shard.tensors] == [t[0] for t in tensors]
+    checkpoint = Checkpoint(Origin("local", "x"), {"config.json": "{}\n"}, None, (shard,))
+    text = render_manifest(checkpoint)
+    again = parse_manifest(text, "m")
+    assert again.shards == checkpoint.shards
+    assert render_manifest(again) == text
+
+
+@FAST
+@given(st.text(max_size=200))
+def test_any_index_text_parses_or_raises_a_named_error(text: str) -> None:
+    with contextlib.suppress(QarmError):
+        parse_index(text)
+
+
+@FAST
+@given(JSONISH)
+def test_any_declaration_reads_or_raises_a_named_error(document: object) -> None:
+    for wrap in (document, {"quantization_config": document}, {"quantization": document}):
+        with contextlib.suppress(QarmError):
+            read_declaration({"config.json": json.dumps(wrap)})
+
+
+MODULE = st.lists(
+    st.sampled_from(
+        [
+            "model",
+            "layers",
+            "0",
+            "1",
+            "mlp",
+            "experts",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "gate_proj",
+            "up_proj",
+            "self_attn",
+            "lm_head",
+            "language_model",
+        ]
+    ),
+    min_size=1,
+    max_size=6,
+).map(".".join)
+PATTERN = st.lists(
+    st.sampled_from(
+        ["model", "layers", "*", "0", "mlp", "q_proj", "gate", "experts", "?", "[01]", "lm_head"]
+    ),
+    min_size=1,
+    max_size=5,
+).map(".".join)
+
+
+@FAST
+@given(
+    st.lists(MODULE, min_size=1, max_size=12, unique=True),
+    st.lists(PATTERN, max_size=6),
+    st.lists(MODULE, max_size=6),
+)
+def test_resolver_gives_every_module_exactly_one_membership(
+    modules: list[str], excludes: list[str], listed: list[str]
+) -> None:
+    tensors = [TensorEntry(f"{m}.weight", "BF16", (4, 4), 0, 0) for m in modules]
+    inventory = build_inventory(tensors)
+    for quantization in (
+        {"quant_algo": "NVFP4", "exclude_modules": excludes},
+        {
+            "quant_algo": "MIXED_PRECISION",
+            "exclude_modules": excludes,
+            "quantized_layers": {m: {"quant_algo": "FP8"} for m in listed}
+            or {"x": {"quant_algo": "FP8"}},
+        },
+    ):
+        declaration = read_declaration(
+            {
+                "hf_quant_config.json": json.dumps(
+                    {"producer": {"name": "modelopt"}, "quantization": quantization}
+                )
+            }
+        )
+        resolution = resolve(declaration, inventory)
+        assert set(resolution.memberships) == set(inventory)
