@@ -40,8 +40,10 @@ def one_input(data: bytes) -> None:
 
 
 SEEDS = [
-    b"\x00" + struct.pack("<Q", 60)
-    + b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}    ' + b"\x00" * 8,
+    b"\x00"
+    + struct.pack("<Q", 60)
+    + b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}    '
+    + b"\x00" * 8,
     b"\x01" + b'{"weight_map": {"a": "model-00001-of-00001.safetensors"}}',
     b"\x02" + b'{"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}',
     b"\x03" + b'{"format": "qarm-manifest/1", "documents": {}, "index": null, "shards": []}',

@@ -264,21 +264,40 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     return out
 
 
+def _signature(info: ModuleInfo, membership: Membership) -> tuple[object, ...]:
+    """Everything ``check_module`` looks at except the module's name."""
+    return (
+        membership.bucket,
+        membership.how,
+        info.kind,
+        tuple(sorted((op, e.dtype, e.shape) for op, e in info.operands.items())),
+    )
+
+
 def check_all(
     declaration: Declaration,
     modules: Mapping[str, ModuleInfo],
     memberships: Mapping[str, Membership],
 ) -> tuple[dict[str, Spelling], list[Finding]]:
+    """Check every module. Modules alike but for their names (a MoE's experts) are checked once;
+    only a signature that earned a refusal is checked again per module, to name each one."""
     spellings: dict[str, Spelling] = {}
     found: list[Finding] = []
+    verdicts: dict[tuple[object, ...], tuple[Spelling, bool]] = {}
     for name, info in modules.items():
         membership = memberships[name]
+        if not any(op not in KV_OPERANDS for op in info.operands):
+            continue  # a module that ships only KV scales carries no weight spelling
+        key = _signature(info, membership)
+        known = verdicts.get(key)
+        if known is not None and not known[1]:
+            spellings[name] = known[0]
+            continue
         scheme = (
             declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
         )
-        if not any(op not in KV_OPERANDS for op in info.operands):
-            continue  # a module that ships only KV scales carries no weight spelling
         spelling, refusals = check_module(info, membership, scheme)
+        verdicts[key] = (spelling, bool(refusals))
         spellings[name] = spelling
         found.extend(refusals)
     return spellings, found

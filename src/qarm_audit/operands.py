@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from functools import cache
 
 
 class OperandKind(StrEnum):
@@ -72,6 +73,7 @@ def split_name(name: str) -> tuple[str, str]:
     return module, operand
 
 
+@cache
 def classify_operand(operand: str) -> OperandKind:
     if operand in QUANT_OPERANDS:
         return OperandKind.QUANT

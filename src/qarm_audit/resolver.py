@@ -64,6 +64,8 @@ def _language_model_aliases(name: str) -> list[str]:
     out = [name]
     if name.endswith(".lm_head") or name == "lm_head":
         out.append("lm_head")
+    if "language_model." not in name:
+        return out
     for a, b in (
         ("language_model.model.", "model.language_model."),
         ("model.language_model.", "language_model.model."),
