@@ -36,17 +36,37 @@ LIBRARY_DTYPES = {
     "C64": "complex64",
 }
 
-Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
-"""name -> (safetensors dtype, shape)."""
+Tensors = Mapping[str, tuple[Any, ...]]
+"""name -> (safetensors dtype, shape) or (dtype, shape, data): ``data`` is the tensor's bytes
+(``bytes``, or a numpy array whose raw bytes are written, e.g. ``f32(0.5)``); zeros without it."""
+
+
+def f32(*values: float) -> bytes:
+    return np.array(values, dtype="<f4").tobytes()
+
+
+def f16(*values: float) -> bytes:
+    return np.array(values, dtype="<f2").tobytes()
+
+
+def bf16(*values: float) -> bytes:
+    """Round to nearest even, as a BF16 writer does."""
+    bits = np.array(values, dtype="<f4").view("<u4").astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2").tobytes()
 
 
 def write_safetensors(path: Path, tensors: Tensors, metadata: dict[str, str] | None = None) -> None:
-    """A real file written by the safetensors library, zero-filled, any dtype (F8 included)."""
+    """A real file written by the safetensors library, any dtype (F8 included): zero-filled, or
+    holding the bytes given as a spec's third element."""
     keep: list[np.ndarray] = []
     specs = {}
-    for name, (dtype, shape) in tensors.items():
+    for name, (dtype, shape, *data) in tensors.items():
         numel = int(np.prod(shape)) if shape else 1
         buffer = np.zeros(max(numel * DTYPE_BITS[dtype] // 8, 1), dtype=np.uint8)
+        if data:
+            raw = data[0] if isinstance(data[0], bytes) else np.asarray(data[0]).tobytes()
+            assert len(raw) == numel * DTYPE_BITS[dtype] // 8, (name, len(raw))
+            buffer[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
         keep.append(buffer)
         specs[name] = TensorSpec(
             dtype=LIBRARY_DTYPES[dtype],
@@ -77,7 +97,7 @@ def write_checkpoint(
         total = sum(
             (int(np.prod(shape)) if shape else 1) * DTYPE_BITS[dtype] // 8
             for tensors in shards.values()
-            for dtype, shape in tensors.values()
+            for dtype, shape, *_ in tensors.values()
         )
         (root / "model.safetensors.index.json").write_text(
             json.dumps(

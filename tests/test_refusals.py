@@ -208,7 +208,7 @@ def test_mxfp8_declared_has_no_arm_in_the_seed_engine(tmp_path: Path, run) -> No
     t.update(mxfp8(m, H, INTER))
     layers = layers_map()
     layers[m] = {"quant_algo": "MXFP8"}
-    report = refused(run, mixed(tmp_path, t, layers), "no-arm", m)
+    report = refused(run, mixed(tmp_path, t, layers), "no-arm", m, "--engine", "name-probe")
     assert codes_of(report) == ["no-arm"]
 
 

@@ -49,7 +49,7 @@ def test_shards_exceed_total_size_by_exactly_their_headers_and_prefixes() -> Non
 
 
 def test_the_2194_name_checkpoint_declares_nvfp4_w4a4_and_runs_w4a16_by_default() -> None:
-    report = audit(W4A4)
+    report = audit(W4A4, engine="name-probe")
     assert report.totals.tensors == 2194
     assert report.refusals == []
     assert buckets(report)["NVFP4"] == (772, 193, {"exact": 193})
@@ -64,7 +64,7 @@ def test_the_2194_name_checkpoint_declares_nvfp4_w4a4_and_runs_w4a16_by_default(
 
 
 def test_the_flag_moves_the_2194_name_checkpoint_to_w4a4() -> None:
-    report = audit(W4A4, env={"W4A4": "1"})
+    report = audit(W4A4, engine="name-probe", env={"W4A4": "1"})
     (arm,) = [a for a in report.arms if a.scheme == "NVFP4"]
     assert (arm.declared, arm.executed) == ("W4A4-NVFP4", "W4A4-NVFP4")
     assert "incoherent" in (arm.note or "")
@@ -73,7 +73,7 @@ def test_the_flag_moves_the_2194_name_checkpoint_to_w4a4() -> None:
 
 def test_the_sibling_shape_is_silent() -> None:
     """Wildcard excludes, input_scale shipped under W4A16_NVFP4, FP8 KV with zero scales."""
-    report = audit(SIBLING)
+    report = audit(SIBLING, engine="name-probe")
     assert report.refusals == []
     assert buckets(report)["W4A16_NVFP4"] == (772, 193, {"exact": 193})
     assert buckets(report)["excluded"][2] == {"wildcard": 326}
@@ -85,13 +85,13 @@ def test_the_sibling_shape_is_silent() -> None:
 
 def test_the_seed_checkpoints_exit_0_and_print_the_arm_line(run) -> None:
     for manifest in (MTP, W4A4, SIBLING):
-        assert run("audit", manifest).exit_code == 0
-    result = run("audit", W4A4, "-f", "markdown")
+        assert run("audit", manifest, "--engine", "name-probe").exit_code == 0
+    result = run("audit", W4A4, "-f", "markdown", "--engine", "name-probe")
     assert (
         "NVFP4: declared W4A4-NVFP4, input_scale on 193/193 -> executed W4A16-NVFP4"
         in result.stdout
     )
-    flagged = run("audit", W4A4, "-f", "json", "--env", "W4A4=1")
+    flagged = run("audit", W4A4, "-f", "json", "--engine", "name-probe", "--env", "W4A4=1")
     arms = {a["scheme"]: a for a in json.loads(flagged.stdout)["arms"]}
     assert arms["NVFP4"]["executed"] == arms["NVFP4"]["declared"] == "W4A4-NVFP4"
 

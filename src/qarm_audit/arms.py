@@ -1,20 +1,36 @@
-"""The declared-versus-executed arm line: for each declared scheme, what an engine would run."""
+"""The declared-versus-executed arm line: for each declared scheme, what an engine would run.
+
+Without a GPU the line does not guess one: each module is decided on every capability of the
+standard set, and a row holds for the capabilities that give it the same decision (``sm80-sm90``,
+``sm100+``). Routing is the profile's own unless asked otherwise: ``declared`` shows the rules the
+declaration's view of each module (its scheme, and the operands that scheme reads), ``probe`` the
+shipped view (the spelling and the tensor names).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from .declarations import Declaration
-from .engines.profile import Profile, select
+from .crosscheck import contract
+from .declarations import Declaration, Scheme
+from .engines.profile import Profile, View, select, uses_gpu
 from .findings import Finding, finding
-from .inventory import ModuleInfo
-from .report.model import ArmRow
-from .resolver import Membership
+from .inventory import FUSED_SHARDS, ModuleInfo
+from .operands import OperandKind, classify_operand
+from .report.model import ArmRow, RoutingMove
+from .resolver import EXCLUDED, UNLISTED, Membership
 from .spelling import Spelling
 
 DECIDING_OPERANDS = ("input_scale", "input_global_scale")
 """Operands whose presence moves an arm (static activation scales)."""
+
+STANDARD_GPUS = (80, 89, 90, 100, 120, 121)
+"""The capabilities the arm line is decided on when no ``--gpu`` is given."""
+
+NO_ARM = "none"
+UNKNOWN_ARM = "unknown"
+"""The profile does not model the engine's choice: no prediction, no finding."""
 
 GPU_NAMES = {
     "a100": 80,
@@ -55,6 +71,30 @@ def parse_gpu(text: str) -> int:
     )
 
 
+def gpu_label(caps: Sequence[int], standard: Sequence[int] = STANDARD_GPUS) -> str | None:
+    """Capabilities of the standard set as ranges: ``sm80-sm90``, ``sm100+``; None for all."""
+    chosen = set(caps)
+    if chosen >= set(standard):
+        return None
+    runs: list[tuple[int, int]] = []
+    for i, cap in enumerate(standard):
+        if cap not in chosen:
+            continue
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    parts = []
+    for first, last in runs:
+        if last == len(standard) - 1 and first != last:
+            parts.append(f"sm{standard[first]}+")
+        elif first == last:
+            parts.append(f"sm{standard[first]}")
+        else:
+            parts.append(f"sm{standard[first]}-sm{standard[last]}")
+    return ", ".join(parts)
+
+
 @dataclass(frozen=True)
 class ArmDecision:
     declared: str
@@ -62,34 +102,162 @@ class ArmDecision:
     reason: str
     note: str | None
     log: str | None
+    kernel: str | None = None
+    error: str | None = None
+    drops: tuple[str, ...] = ()
+    source: str | None = None
 
 
-def decide(
-    profile: Profile,
-    env: dict[str, str],
-    gpu: int | None,
+@dataclass(frozen=True)
+class Outcome:
+    """One decision and the capabilities it holds on."""
+
+    decision: ArmDecision
+    caps: tuple[int | None, ...]
+    gpu: str | None
+    """The row label: ``sm90`` for a given GPU, a range, or None when it holds everywhere."""
+    total: bool
+    """It holds for the GPU asked about, or for every capability of the standard set."""
+
+
+def _scheme_of(declaration: Declaration, membership: Membership) -> Scheme | None:
+    return declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
+
+
+def declared_operands(scheme: Scheme | None, shipped: Iterable[str]) -> frozenset[str]:
+    """The operands the declaration says a module has: the shipped ones, less every activation
+    scale a weight-only scheme does not read, plus those a static scheme requires; for a module
+    declared unquantized, only its plain parameters."""
+    names = {n for n in shipped if n not in DECIDING_OPERANDS}
+    if scheme is None:
+        return frozenset(n for n in names if classify_operand(n) is OperandKind.PLAIN)
+    spec = contract(scheme)
+    if spec is not None:
+        names |= {op.name for op in spec if op.name in DECIDING_OPERANDS and op.required}
+    elif scheme.static_activations:
+        names.add("input_scale")
+    return frozenset(names)
+
+
+def make_view(
     declaration: Declaration,
-    info: ModuleInfo,
-    membership: Membership,
-    spelling: Spelling,
-) -> ArmDecision:
-    scheme = declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
-    declared = scheme.declared_arm if scheme else "unquantized"
-    rule = select(
-        profile,
+    scheme: Scheme | None,
+    *,
+    routing: str,
+    module: str,
+    shipped: Spelling | None,
+    operands: Iterable[str],
+) -> View:
+    mixed = bool(declaration.modelopt is not None and declaration.modelopt.layers is not None)
+    names = frozenset(operands)
+    if routing == "probe":
+        family = shipped.family if shipped is not None else (scheme.family if scheme else "none")
+        seen = names
+    else:
+        family = scheme.family if scheme else "none"
+        seen = declared_operands(scheme, names)
+    return View(
         declared_family=scheme.family if scheme else "unquantized",
         declared_algo=scheme.algo if scheme else "",
-        declared_arm=declared,
-        shipped=spelling.family,
-        operands=frozenset(info.operands),
-        env=env,
-        gpu=gpu,
+        declared_arm=scheme.declared_arm if scheme else "unquantized",
+        declared_strategy=(scheme.weight_strategy or "") if scheme else "",
+        producer=scheme.producer if scheme else (declaration.method or ""),
+        mixed=mixed and scheme is not None,
+        declaration_form=declaration.form,
+        groups_weight_only=declaration.groups_weight_only,
+        module=module,
+        shipped=family,
+        operands=seen,
     )
-    if rule is None:
-        return ArmDecision(
-            declared, "none", f"no rule of profile {profile.name} applies", None, None
+
+
+@dataclass
+class Decider:
+    """Decides views under one profile and environment, on one GPU or the standard set."""
+
+    profile: Profile
+    env: dict[str, str]
+    gpu: int | None
+    _cache: dict[tuple[object, ...], ArmDecision] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.caps: tuple[int | None, ...] = (
+            (self.gpu,)
+            if self.gpu is not None or not uses_gpu(self.profile)
+            else tuple(STANDARD_GPUS)
         )
-    return ArmDecision(declared, rule.arm, rule.reason, rule.note, rule.log)
+        self._contains = sorted({s for r in self.profile.rules for s in r.module_contains or ()})
+
+    def decide(self, view: View, cap: int | None) -> ArmDecision:
+        marks = tuple(s in view.module for s in self._contains)
+        key = (view.model_copy(update={"module": ""}), marks, cap)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._decide(view, cap)
+        return hit
+
+    def _decide(self, view: View, cap: int | None) -> ArmDecision:
+        rule = select(self.profile, view, self.env, cap)
+        if rule is None:
+            return ArmDecision(
+                view.declared_arm,
+                NO_ARM,
+                f"no rule of profile {self.profile.name} applies",
+                None,
+                None,
+            )
+        return ArmDecision(
+            view.declared_arm,
+            rule.arm,
+            rule.reason,
+            rule.note,
+            rule.log,
+            kernel=rule.kernel,
+            error=rule.error,
+            drops=tuple(rule.drops),
+            source=rule.source,
+        )
+
+    def outcomes(self, view: View) -> list[Outcome]:
+        """Every distinct decision for ``view`` with the capabilities it holds on."""
+        by: dict[ArmDecision, list[int | None]] = {}
+        for cap in self.caps:
+            by.setdefault(self.decide(view, cap), []).append(cap)
+        out = []
+        for decision, caps in by.items():
+            if self.gpu is not None:
+                label: str | None = f"sm{self.gpu}"
+            elif len(self.caps) == 1:
+                label = None
+            else:
+                label = gpu_label([c for c in caps if c is not None])
+            out.append(Outcome(decision, tuple(caps), label, self.gpu is not None or label is None))
+        return out
+
+    def order(self, label: str | None) -> int:
+        """Sort key of a row label: rows for every GPU first, then by lowest capability."""
+        if label is None:
+            return -1
+        first = label.split(",")[0].strip().removeprefix("sm").rstrip("+").split("-")[0]
+        return int(first) if first.isdigit() else 0
+
+
+def _error_text(decision: ArmDecision, algo: str, gpu: str | None) -> str:
+    if not decision.error:
+        return ""
+    bare = (gpu or "").removeprefix("sm")
+    capability = bare if bare.isdigit() else gpu or "<capability>"
+    text = decision.error.replace("{algo}", algo).replace("{gpu}", capability)
+    return f'; the engine raises: "{text}"'
+
+
+def _drop_note(decision: ArmDecision, members: Sequence[ModuleInfo]) -> str:
+    notes = []
+    for operand in decision.drops:
+        count = sum(1 for m in members if operand in m.operands)
+        if count:
+            notes.append(f"{operand} shipped on {count}/{len(members)} but not read on this arm")
+    return "".join(f"; {n}" for n in notes)
 
 
 def arm_rows(
@@ -101,33 +269,54 @@ def arm_rows(
     memberships: Mapping[str, Membership],
     spellings: Mapping[str, Spelling],
     refused: frozenset[str] = frozenset(),
+    routing: str | None = None,
 ) -> tuple[list[ArmRow], list[Finding]]:
-    """One row per (scheme, declared arm, executed arm); refusals where no arm exists.
+    """One row per (scheme, declared arm, executed arm, GPUs); refusals where no arm exists.
 
-    A module already refused for what it ships is not refused again for having no arm.
+    A module already refused for what it ships is not refused again for having no arm. With no
+    tensor names at all (a declaration alone), a profile that routes by the declaration still
+    gives one row per declared scheme, on the operands the scheme requires.
     """
-    groups: dict[tuple[str, ArmDecision], list[ModuleInfo]] = {}
+    routing = routing or profile.routing
+    decider = Decider(profile, env, gpu)
+    if not modules:
+        if routing != "declared":
+            return [], []
+        return _declaration_rows(decider, declaration)
+    groups: dict[tuple[str, ArmDecision, str | None], list[ModuleInfo]] = {}
     findings: list[Finding] = []
     for name, info in modules.items():
         membership = memberships[name]
         spelling = spellings.get(name)
         if not membership.declared_quantized or spelling is None or info.kind != "linear":
             continue
-        decision = decide(profile, env, gpu, declaration, info, membership, spelling)
-        groups.setdefault((membership.bucket, decision), []).append(info)
-        if decision.executed == "none" and name not in refused:
-            findings.append(
-                finding(
-                    "no-arm",
-                    f"{name} is declared {membership.bucket} ({decision.declared}); engine profile "
-                    f"{profile.name} has no arm for it: {decision.reason}",
-                    module=name,
-                    tensor=info.weight.name if info.weight else "",
+        scheme = _scheme_of(declaration, membership)
+        view = make_view(
+            declaration,
+            scheme,
+            routing=routing,
+            module=name,
+            shipped=spelling,
+            operands=info.operands,
+        )
+        for outcome in decider.outcomes(view):
+            decision = outcome.decision
+            groups.setdefault((membership.bucket, decision, outcome.gpu), []).append(info)
+            if decision.executed == "none" and name not in refused and outcome.total:
+                where = f" on {outcome.gpu}" if outcome.gpu else ""
+                findings.append(
+                    finding(
+                        "no-arm",
+                        f"{name} is declared {membership.bucket} ({decision.declared}); engine "
+                        f"profile {profile.label} has no arm for it{where}: {decision.reason}"
+                        + _error_text(decision, view.declared_algo, outcome.gpu),
+                        module=name,
+                        tensor=info.weight.name if info.weight else "",
+                    )
                 )
-            )
     rows = []
-    for (scheme, decision), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1].executed)
+    for (scheme_name, decision, label), members in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], decider.order(kv[0][2]), kv[0][1].executed)
     ):
         coverage = {}
         for operand in DECIDING_OPERANDS:
@@ -136,23 +325,223 @@ def arm_rows(
                 coverage[operand] = f"{count}/{len(members)}"
         rows.append(
             ArmRow(
-                scheme=scheme,
+                scheme=scheme_name,
                 modules=len(members),
                 declared=decision.declared,
                 executed=decision.executed,
-                reason=decision.reason,
+                reason=decision.reason + _drop_note(decision, members),
                 note=decision.note,
                 log=decision.log,
                 operands=coverage,
+                gpu=label,
+                kernel=decision.kernel,
+                source=decision.source,
             )
         )
-        if decision.executed not in ("none", decision.declared):
-            findings.append(
-                finding(
-                    "declared-arm-differs",
-                    f"{scheme}: declared {decision.declared} -> executed {decision.executed} on "
-                    f"{len(members)} modules under {profile.name} ({decision.reason})",
-                    module=members[0].name,
+        findings.extend(_row_findings(profile, decider, scheme_name, decision, label, members))
+    return rows, findings
+
+
+def _row_findings(
+    profile: Profile,
+    decider: Decider,
+    scheme: str,
+    decision: ArmDecision,
+    label: str | None,
+    members: Sequence[ModuleInfo],
+) -> list[Finding]:
+    where = f" on {label}" if label else ""
+    first = members[0].name if members else ""
+    count = f"{len(members)} modules" if members else "the declaration alone"
+    if decision.executed == "none" and decider.gpu is None and label is not None:
+        return [
+            finding(
+                "no-arm-on-some-gpus",
+                f"{scheme}: engine profile {profile.label} has no arm for {decision.declared} "
+                f"on {label} ({count}): {decision.reason}"
+                + _error_text(decision, scheme, label)
+                + "; give --gpu to decide",
+                module=first,
+            )
+        ]
+    if decision.executed not in ("none", UNKNOWN_ARM, decision.declared):
+        return [
+            finding(
+                "declared-arm-differs",
+                f"{scheme}: declared {decision.declared} -> executed {decision.executed} on "
+                f"{count} under {profile.label}{where} ({decision.reason})",
+                module=first,
+            )
+        ]
+    return []
+
+
+def _declaration_rows(
+    decider: Decider, declaration: Declaration
+) -> tuple[list[ArmRow], list[Finding]]:
+    """A declaration with no tensors: one row per scheme, on the operands it requires."""
+    rows: list[ArmRow] = []
+    findings: list[Finding] = []
+    profile = decider.profile
+    for name, scheme in sorted(declaration.schemes.items()):
+        spec = contract(scheme) or []
+        required = [op.name for op in spec if op.required] or ["weight"]
+        view = make_view(
+            declaration, scheme, routing="declared", module="", shipped=None, operands=required
+        )
+        outcomes = sorted(decider.outcomes(view), key=lambda o: decider.order(o.gpu))
+        for outcome in outcomes:
+            decision = outcome.decision
+            dropped = [op for op in decision.drops if op in view.operands]
+            reason = (
+                "declaration only: "
+                + decision.reason
+                + "".join(f"; {op} (declared static) is not read on this arm" for op in dropped)
+            )
+            rows.append(
+                ArmRow(
+                    scheme=name,
+                    modules=0,
+                    declared=decision.declared,
+                    executed=decision.executed,
+                    reason=reason,
+                    note=decision.note,
+                    log=decision.log,
+                    gpu=outcome.gpu,
+                    kernel=decision.kernel,
+                    source=decision.source,
                 )
             )
+            if decision.executed == "none" and outcome.total:
+                where = f" on {outcome.gpu}" if outcome.gpu else ""
+                findings.append(
+                    finding(
+                        "no-arm",
+                        f"{name} is declared ({decision.declared}); engine profile "
+                        f"{profile.label} has no arm for it{where}: {decision.reason}"
+                        + _error_text(decision, scheme.algo, outcome.gpu),
+                    )
+                )
+            else:
+                findings.extend(_row_findings(profile, decider, name, decision, outcome.gpu, []))
     return rows, findings
+
+
+def routing_moves(
+    profile: Profile,
+    env: dict[str, str],
+    gpu: int | None,
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+    spellings: Mapping[str, Spelling],
+) -> list[RoutingMove]:
+    """Every linear module whose arm differs between the profile's own routing and the other,
+    grouped by (from arm, to arm) and where on the GPU range the move happens."""
+    own = profile.routing
+    other = "probe" if own == "declared" else "declared"
+    decider = Decider(profile, env, gpu)
+    moved: dict[tuple[str, str], dict[str, list[int | None]]] = {}
+    for name, info in modules.items():
+        spelling = spellings.get(name)
+        if spelling is None or info.kind != "linear":
+            continue
+        scheme = _scheme_of(declaration, memberships[name])
+        views = [
+            make_view(
+                declaration,
+                scheme,
+                routing=routing,
+                module=name,
+                shipped=spelling,
+                operands=info.operands,
+            )
+            for routing in (own, other)
+        ]
+        for cap in decider.caps:
+            a = decider.decide(views[0], cap).executed
+            b = decider.decide(views[1], cap).executed
+            if a != b:
+                moved.setdefault((a, b), {}).setdefault(name, []).append(cap)
+    out: dict[tuple[str, str, str | None], list[str]] = {}
+    for (a, b), per_module in moved.items():
+        for name, caps in per_module.items():
+            label = (
+                f"sm{gpu}"
+                if gpu is not None
+                else None
+                if len(decider.caps) == 1
+                else gpu_label([c for c in caps if c is not None])
+            )
+            out.setdefault((a, b, label), []).append(name)
+    return [
+        RoutingMove(
+            from_arm=a,
+            to_arm=b,
+            from_routing=own,
+            to_routing=other,
+            gpu=label,
+            modules=len(names),
+            module_names=sorted(names),
+        )
+        for (a, b, label), names in sorted(
+            out.items(), key=lambda kv: (kv[0][0], kv[0][1], decider.order(kv[0][2]))
+        )
+    ]
+
+
+def quote_load_errors(
+    profile: Profile,
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+    findings: Iterable[Finding],
+) -> list[Finding]:
+    """Each finding the engine would raise at load, with the engine's own wording appended."""
+    if not profile.load_errors:
+        return list(findings)
+    by_engine: dict[str, list[ModuleInfo]] = {}
+    for info in modules.values():
+        by_engine.setdefault(info.engine_name, []).append(info)
+    out = []
+    for f in findings:
+        # The resolver names a shard disagreement about exclusion with the word "excluded"
+        # (and a compressed-tensors one lists the ignored shards as "excluded").
+        cause = "exclude" if "excluded" in f.message else "scheme"
+        quote = next(
+            (
+                q
+                for q in profile.load_errors
+                if q.code == f.code
+                and (q.producer is None or (declaration.method or "") in q.producer)
+                and (q.cause is None or q.cause == cause)
+            ),
+            None,
+        )
+        if quote is None:
+            out.append(f)
+            continue
+        members = by_engine.get(f.module, [])
+        algos = sorted(
+            {
+                memberships[m.name].bucket.upper()
+                for m in members
+                if memberships[m.name].bucket not in (EXCLUDED, UNLISTED)
+            }
+        )
+        leaf = f.module.rpartition(".")[2]
+        values = {
+            "{module}": f.module,
+            "{algos}": "{" + ", ".join(repr(a) for a in algos) + "}",
+            "{shards}": repr(list(FUSED_SHARDS.get(leaf, ()))),
+        }
+        extra = ""
+        if quote.text:
+            text = quote.text
+            for key, value in values.items():
+                text = text.replace(key, value)
+            extra += f'; {profile.label} raises at load: "{text}"'
+        if quote.note:
+            extra += f"; {profile.label}: {quote.note}"
+        out.append(finding(f.code, f.message + extra, module=f.module, tensor=f.tensor))
+    return out

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .arms import arm_rows, parse_gpu
+from .arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from .crosscheck import check_all
 from .declarations import Declaration, read_declaration
-from .engines.profile import Profile, load_profile, resolve_env
+from .engines.profile import ROUTINGS, Profile, load_profile, resolve_env
 from .errors import UsageError
 from .findings import Finding, Severity, finding
 from .integrity import check_integrity
 from .inventory import ModuleInfo, build_inventory
 from .operands import OperandKind, classify_operand, split_name
+from .probe import probe_scalars as probe_values
 from .report.model import (
     Bucket,
     DeclarationInfo,
@@ -21,6 +23,7 @@ from .report.model import (
     FindingRow,
     KvInfo,
     ModuleRow,
+    ProbeInfo,
     Report,
     SchemeInfo,
     SourceInfo,
@@ -29,11 +32,15 @@ from .report.model import (
 from .resolver import EXCLUDED, UNLISTED, Membership, resolve
 from .sources import Checkpoint, open_source
 
+if TYPE_CHECKING:
+    from .sources.hub import HubObserver
+
 KV_CACHE = "kv_cache"
 UNCLASSIFIED = "unclassified"
 SPECIAL_BUCKETS = (EXCLUDED, UNLISTED, KV_CACHE, UNCLASSIFIED)
 
-DEFAULT_ENGINE = "name-probe"
+DEFAULT_ENGINE = "vllm"
+ROUTING_CHOICES = (*ROUTINGS, "both")
 
 
 def audit(
@@ -43,10 +50,24 @@ def audit(
     env: Mapping[str, str] | None = None,
     gpu: str | None = None,
     require_pinned: bool = False,
+    observer: HubObserver | None = None,
+    probe_scalars: bool = False,
+    routing: str | None = None,
 ) -> Report:
-    """Audit a checkpoint (a path, a manifest, ``owner/name@sha``, or a loaded Checkpoint)."""
+    """Audit a checkpoint (a path, a manifest, ``owner/name@sha``, or a loaded Checkpoint).
+
+    ``routing`` is ``declared``, ``probe`` or ``both`` (the profile's own routing for the arm
+    line, plus every module whose arm moves under the other); None takes the profile's own.
+
+    Only headers are read, unless ``probe_scalars``: then the scalar scale tensors are read too
+    (at most :data:`~qarm_audit.probe.BOUND` elements each) and judged by value.
+
+    ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub.py``.
+    """
     profile = engine if isinstance(engine, Profile) else load_profile(engine)
     settings = resolve_env(profile, dict(env or {}))
+    if routing is not None and routing not in ROUTING_CHOICES:
+        raise UsageError("--routing", f"{routing!r}: give one of {', '.join(ROUTING_CHOICES)}")
     try:
         capability = parse_gpu(gpu) if gpu else None
     except ValueError as exc:
@@ -54,9 +75,9 @@ def audit(
     checkpoint = (
         source
         if isinstance(source, Checkpoint)
-        else open_source(source, require_pinned=require_pinned)
+        else open_source(source, require_pinned=require_pinned, observer=observer)
     )
-    return _audit(checkpoint, profile, settings, gpu, capability)
+    return _audit(checkpoint, profile, settings, gpu, capability, probe_scalars, routing)
 
 
 def _audit(
@@ -65,6 +86,8 @@ def _audit(
     env: dict[str, str],
     gpu_label: str | None,
     gpu: int | None,
+    probe_scalars: bool = False,
+    routing: str | None = None,
 ) -> Report:
     integrity, findings = check_integrity(checkpoint)
     declaration = read_declaration(checkpoint.documents)
@@ -87,13 +110,24 @@ def _audit(
             for key in resolution.unmatched
         )
     refused = frozenset(f.module for f in refusals)
+    arm_routing = profile.routing if routing in (None, "both") else routing
     arms, arm_findings = arm_rows(
-        profile, env, gpu, declaration, modules, memberships, spellings, refused
+        profile, env, gpu, declaration, modules, memberships, spellings, refused, arm_routing
     )
     findings.extend(arm_findings)
+    findings = quote_load_errors(profile, declaration, modules, memberships, findings)
+    moves = (
+        routing_moves(profile, env, gpu, declaration, modules, memberships, spellings)
+        if routing == "both"
+        else None
+    )
     kv_tensors = [t for t in tensors if _operand_kind(t.name) is OperandKind.KV]
     findings.extend(_kv_findings(declaration, len(kv_tensors), checkpoint.has_weights))
     findings.extend(_input_scale_notes(declaration, modules, memberships))
+    probe: ProbeInfo | None = None
+    if probe_scalars:
+        probe, probe_findings = probe_values(checkpoint, modules)
+        findings.extend(probe_findings)
     buckets = _buckets(declaration, modules, memberships, len(tensors))
     rows = sorted(set(findings), key=lambda f: (-f.severity.rank, f.code, f.module, f.tensor))
     by_severity: dict[Severity, list[FindingRow]] = defaultdict(list)
@@ -121,10 +155,17 @@ def _audit(
             kind=origin.kind, location=origin.location, repo=origin.repo, revision=origin.revision
         ),
         declaration=_declaration_info(declaration, len(kv_tensors)),
-        engine=EngineInfo(name=profile.name, routing=profile.routing, env=env, gpu=gpu_label),
+        engine=EngineInfo(
+            name=profile.name,
+            version=profile.version,
+            routing=arm_routing,
+            env=env,
+            gpu=gpu_label,
+        ),
         totals=Totals(tensors=len(tensors), modules=len(modules), shards=len(checkpoint.shards)),
         buckets=buckets,
         arms=arms,
+        routing_moves=moves,
         refusals=by_severity[Severity.REFUSAL],
         warnings=by_severity[Severity.WARNING],
         notes=by_severity[Severity.INFO],
@@ -140,6 +181,7 @@ def _audit(
             )
             for name, info in sorted(modules.items())
         ],
+        probe=probe,
     )
 
 

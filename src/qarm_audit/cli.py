@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from . import __version__
-from .audit import DEFAULT_ENGINE, audit
+from .audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
+from .engines.profile import BUILTIN
 from .errors import ExitCode, QarmError, UsageError
 from .report import FORMATS, json_schema, render_json, render_markdown, verdict_line
 from .report.model import Report
@@ -36,6 +41,39 @@ def exit_code_for(report: Report, fail_on: str) -> ExitCode:
     if report.refusals or (fail_on == "warning" and report.warnings):
         return ExitCode.FINDINGS
     return ExitCode.CLEAN
+
+
+class _HubStderr:
+    """Shows a Hub read on stderr: the resolved revision, and a progress bar on a terminal."""
+
+    def __init__(self, bar: bool) -> None:
+        self.bar = bar
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def resolved(self, revision: str, sha: str) -> None:
+        click.echo(f"qarm: resolved {revision} -> {sha}", err=True)
+
+    def headers_started(self, total: int) -> None:
+        if self.bar and total:
+            self.progress = Progress(
+                TextColumn("reading headers"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.task = self.progress.add_task("headers", total=total)
+            self.progress.start()
+
+    def header_read(self, file: str) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
+
+    def headers_finished(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
 
 class _Group(click.Group):
@@ -89,7 +127,7 @@ def cli() -> None:
     "--engine",
     default=DEFAULT_ENGINE,
     show_default=True,
-    help="Engine profile: a built-in name or a .toml file.",
+    help=f"Engine profile: a built-in name ({', '.join(BUILTIN)}) or a .toml file.",
 )
 @click.option(
     "--env",
@@ -98,7 +136,18 @@ def cli() -> None:
     metavar="KEY=VALUE",
     help="Engine setting for the profile (repeatable), e.g. W4A4=1.",
 )
-@click.option("--gpu", help="GPU as sm80..sm121 or a name (H100, B200, RTX 5090).")
+@click.option(
+    "--gpu",
+    help="GPU as sm80..sm121 or a name (A100, L40S, H100, H200, B200, RTX 5090, GB10). "
+    "Without it the arm line gives the arm for each capability range.",
+)
+@click.option(
+    "--routing",
+    type=click.Choice(ROUTING_CHOICES),
+    help="Route modules by the declaration, by the shipped tensor names (probe), or both "
+    "(the profile's own routing, plus every module whose arm moves under the other). "
+    "Default: the profile's own.",
+)
 @click.option(
     "--fail-on",
     type=click.Choice(FAIL_ON),
@@ -111,6 +160,11 @@ def cli() -> None:
     is_flag=True,
     help="Refuse a Hub revision that is not a full 40-hex commit sha.",
 )
+@click.option(
+    "--probe-scalars",
+    is_flag=True,
+    help="Also read the scalar scale tensors (at most 64 elements each) and judge their values.",
+)
 def audit_command(
     source: str,
     fmt: str,
@@ -118,8 +172,10 @@ def audit_command(
     engine: str,
     env_pairs: tuple[str, ...],
     gpu: str | None,
+    routing: str | None,
     fail_on: str,
     require_pinned: bool,
+    probe_scalars: bool,
 ) -> None:
     """Audit SOURCE: a folder, a manifest, a declaration file, or owner/name@revision.
 
@@ -127,7 +183,14 @@ def audit_command(
     input, 3 could not audit (I/O, network).
     """
     report = audit(
-        source, engine=engine, env=_parse_env(env_pairs), gpu=gpu, require_pinned=require_pinned
+        source,
+        engine=engine,
+        env=_parse_env(env_pairs),
+        gpu=gpu,
+        require_pinned=require_pinned,
+        observer=_HubStderr(bar=fmt != "json" and sys.stderr.isatty()),
+        probe_scalars=probe_scalars,
+        routing=routing,
     )
     if fmt == "json":
         text = render_json(report)
@@ -169,7 +232,9 @@ def audit_command(
 )
 def manifest_command(source: str, output: Path, force: bool, require_pinned: bool) -> None:
     """Capture SOURCE's documents and headers (no weights) as a manifest at OUTPUT."""
-    checkpoint = open_source(source, require_pinned=require_pinned)
+    checkpoint = open_source(
+        source, require_pinned=require_pinned, observer=_HubStderr(bar=sys.stderr.isatty())
+    )
     from .integrity import check_integrity
 
     check_integrity(checkpoint)
@@ -188,3 +253,176 @@ def schema_command() -> None:
 def main() -> None:
     """Console entry point."""
     cli(prog_name="qarm")
+
+
+# --- diff and explain ----------------------------------------------------------------------------
+
+VIEW_FORMATS = ("table", "markdown", "json")
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _emit(
+    fmt: str,
+    output: Path | None,
+    text: Callable[[], str],
+    table: Callable[[Console], None],
+) -> None:
+    """Write ``text()`` (JSON or markdown) or the rich ``table`` to ``output`` or stdout."""
+    if fmt == "table" and output is None:
+        table(Console())
+        return
+    if fmt == "table":
+        from io import StringIO
+
+        buffer = StringIO()
+        table(Console(file=buffer, width=120, color_system=None))
+        rendered = buffer.getvalue()
+    else:
+        rendered = text()
+    if output is not None:
+        output.write_text(rendered, encoding="utf-8")
+    else:
+        click.echo(rendered, nl=False)
+
+
+def _engine_options(function: _Command) -> _Command:
+    """--engine, --env, --gpu and --require-pinned, as ``qarm audit`` takes them."""
+    options = [
+        click.option(
+            "--engine",
+            default=DEFAULT_ENGINE,
+            show_default=True,
+            help="Engine profile: a built-in name or a .toml file.",
+        ),
+        click.option(
+            "--env",
+            "env_pairs",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Engine setting for the profile (repeatable), e.g. W4A4=1.",
+        ),
+        click.option("--gpu", help="GPU as sm80..sm121 or a name (H100, B200, RTX 5090)."),
+        click.option(
+            "--require-pinned",
+            is_flag=True,
+            help="Refuse a Hub revision that is not a full 40-hex commit sha.",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+@cli.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(VIEW_FORMATS),
+    default="table",
+    show_default=True,
+    help="Report format (JSON keeps every row; the others group and count).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report here instead of standard output.",
+)
+@_engine_options
+def diff_command(
+    a: str,
+    b: str,
+    fmt: str,
+    output: Path | None,
+    engine: str,
+    env_pairs: tuple[str, ...],
+    gpu: str | None,
+    require_pinned: bool,
+) -> None:
+    """Compare checkpoint B with checkpoint A (folders, manifests, owner/name@revision).
+
+    Said from A's point of view: "added" is in B only, "x -> y" is A's value then B's. Exit
+    codes: 0 identical (names, dtypes, shapes, declarations, layout), 1 different, 2 usage or
+    bad input, 3 could not read.
+    """
+    from .diff import diff
+    from .report.render_diff import render_diff_json, render_diff_markdown, render_diff_table
+
+    report = diff(
+        a, b, engine=engine, env=_parse_env(env_pairs), gpu=gpu, require_pinned=require_pinned
+    )
+    _emit(
+        fmt,
+        output,
+        lambda: render_diff_json(report) if fmt == "json" else render_diff_markdown(report),
+        lambda console: render_diff_table(report, console),
+    )
+    if fmt != "table" or output is not None:
+        click.echo(report.summary, err=True)
+    click.get_current_context().exit(ExitCode.CLEAN if report.identical else ExitCode.FINDINGS)
+
+
+@cli.command("explain")
+@click.argument("source")
+@click.argument("name")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(VIEW_FORMATS),
+    default="table",
+    show_default=True,
+    help="Report format.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the explanation here instead of standard output.",
+)
+@_engine_options
+def explain_command(
+    source: str,
+    name: str,
+    fmt: str,
+    output: Path | None,
+    engine: str,
+    env_pairs: tuple[str, ...],
+    gpu: str | None,
+    require_pinned: bool,
+) -> None:
+    """Explain how NAME (a module, a tensor, or a fused/experts module) of SOURCE resolves.
+
+    Every rule tried and the one that decided, the operands shipped, the verdict and the arm.
+    Exit codes: 0 explained, 2 NAME not found (the closest names are printed) or bad input,
+    3 could not read.
+    """
+    from .explain import explain
+    from .report.render_explain import (
+        render_explain_json,
+        render_explain_markdown,
+        render_explain_table,
+    )
+
+    explanation = explain(
+        source,
+        name,
+        engine=engine,
+        env=_parse_env(env_pairs),
+        gpu=gpu,
+        require_pinned=require_pinned,
+    )
+    _emit(
+        fmt,
+        output,
+        lambda: (
+            render_explain_json(explanation)
+            if fmt == "json"
+            else render_explain_markdown(explanation)
+        ),
+        lambda console: render_explain_table(explanation, console),
+    )

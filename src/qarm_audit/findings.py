@@ -57,6 +57,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "the engine profile executes another arm than the one declared",
     ),
+    "no-arm-on-some-gpus": (
+        Severity.WARNING,
+        "with no --gpu given, the engine has no arm for a scheme on part of the GPU range",
+    ),
     # declarations
     "declaration-disagreement": (
         Severity.WARNING,
@@ -96,6 +100,31 @@ CODES: dict[str, tuple[Severity, str]] = {
     "input-scale-unread": (
         Severity.INFO,
         "input scales are shipped for a weight-only declaration and are not read",
+    ),
+    # scale values (read only with --probe-scalars)
+    "scale-nonfinite": (
+        Severity.REFUSAL,
+        "a probed scale tensor holds NaN or an infinity",
+    ),
+    "scale-negative": (
+        Severity.REFUSAL,
+        "a probed scale tensor holds a negative value",
+    ),
+    "scale-zero": (
+        Severity.REFUSAL,
+        "a probed scale tensor holds zero where no engine can mask it",
+    ),
+    "expert-scale-zero": (
+        Severity.WARNING,
+        "a routed expert's activation scale is zero while its siblings' are not",
+    ),
+    "fused-scales-differ": (
+        Severity.WARNING,
+        "fused partners (q/k/v, gate/up) ship different global or activation scales",
+    ),
+    "scales-not-read": (
+        Severity.INFO,
+        "--probe-scalars was asked and the source holds no tensor bytes to read",
     ),
     # integrity
     "index-total-size": (

@@ -74,6 +74,12 @@ class Declaration:
     """Why nothing was resolved, when ``family`` is ``unreadable``."""
     considered: tuple[str, ...] = ()
     """Every declaration location found, in precedence order."""
+    form: str = "flat"
+    """``nested`` (a ModelOpt ``quantization`` block, the ``hf_quant_config.json`` shape) or
+    ``flat``; engines treat the two differently (vLLM accepts fewer algorithms nested)."""
+    groups_weight_only: bool = False
+    """A ModelOpt declaration with ``config_groups`` whose every group has
+    ``input_activations: null`` (vLLM v0.33 re-labels such an NVFP4 as W4A16_NVFP4)."""
 
     @property
     def quantized(self) -> bool:
@@ -175,11 +181,15 @@ def _extras(model: BaseModel, path: str = "") -> list[str]:
     out = [f"{path}{key}" for key in sorted(model.model_extra or {})]
     for name in type(model).model_fields:
         value = getattr(model, name)
-        values = value.values() if isinstance(value, dict) else [value]
-        for i, item in enumerate(values):
-            if isinstance(item, BaseModel):
-                key = name if not isinstance(value, dict) else f"{name}[{i}]"
-                out.extend(_extras(item, f"{path}{key}."))
+        if isinstance(value, BaseModel):
+            out.extend(_extras(value, f"{path}{name}."))
+        elif isinstance(value, dict):
+            # a map of thousands of layer entries: report each unknown key once
+            unknown: set[str] = set()
+            for item in value.values():
+                if isinstance(item, BaseModel):
+                    unknown.update(_extras(item, f"{path}{name}[*]."))
+            out.extend(sorted(unknown))
     return sorted(set(out))
 
 
@@ -249,6 +259,7 @@ def _modelopt_declaration(candidate: _Candidate, considered: tuple[str, ...]) ->
     rules = ModelOptRules(
         algo=algo, default_scheme=default, layers=layers, excludes=tuple(norm.excludes)
     )
+    groups = candidate.block.get("config_groups")
     return Declaration(
         "modelopt",
         candidate.where,
@@ -260,6 +271,12 @@ def _modelopt_declaration(candidate: _Candidate, considered: tuple[str, ...]) ->
         producer=producer,
         findings=tuple(notes),
         considered=considered,
+        form="nested" if isinstance(candidate.block.get("quantization"), dict) else "flat",
+        groups_weight_only=isinstance(groups, dict)
+        and bool(groups)
+        and all(
+            isinstance(g, dict) and g.get("input_activations") is None for g in groups.values()
+        ),
     )
 
 

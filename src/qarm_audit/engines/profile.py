@@ -1,25 +1,45 @@
 """Engine profiles: data files that say which arm an engine executes for each module.
 
 A profile is an ordered list of rules; the first rule whose conditions all hold names the arm.
-Conditions look at the declared scheme, the shipped spelling and operands, the engine's
-environment (flags, variables) and the GPU's compute capability.
+Conditions look at the declared scheme (and where and how it was declared), the shipped spelling
+and operands, the module's name, the engine's settings (flags, variables) and the GPU's compute
+capability. A rule may also quote the error the engine raises at load (``error``), and a profile
+may attach the engine's own wording to refusals qarm finds by other means (``load_errors``).
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import ProfileError
 
+ROUTINGS = ("declared", "probe")
+
+SOURCE_FORMAT = re.compile(r"^[\w.-]+/[\w.-]+ \S+@[\w.-]+")
+"""``owner/repo path@commit`` (a tag where the release records no commit), optionally followed
+by line numbers or a remark."""
+
 
 class EnvVar(BaseModel):
+    """One engine setting a profile's rules may condition on (a flag or a variable)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     default: str
     description: str = ""
+    choices: list[str] | None = None
+    """The values the engine accepts; ``--env`` outside them is a usage error."""
+
+    @model_validator(mode="after")
+    def _default_is_a_choice(self) -> EnvVar:
+        if self.choices is not None and self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} is not one of {self.choices}")
+        return self
 
 
 class Rule(BaseModel):
@@ -27,29 +47,97 @@ class Rule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # --- conditions on the declaration -----------------------------------------------------
     declared_family: list[str] | None = None
     """Declared scheme families (``fp8``, ``nvfp4``, ...; ``unquantized`` for none)."""
     declared_algo: list[str] | None = None
-    """Declared algorithm names, upper-cased (ModelOpt) or group formats."""
+    """Declared algorithm names, upper-cased (ModelOpt) or group names."""
+    declared_algo_not: list[str] | None = None
+    """Holds when the declared algorithm (upper-cased) is none of these."""
     declared_arm: list[str] | None = None
+    """Declared arms, in the arm vocabulary (``W4A4-NVFP4``, ``W8A8-FP8``, ...)."""
+    declared_strategy: list[str] | None = None
+    """Declared weight strategies: ``tensor``, ``channel``, ``group``, ``block``,
+    ``tensor_group``."""
+    producer: list[str] | None = None
+    """Who wrote the declaration: ``modelopt`` or ``compressed-tensors``."""
+    mixed: bool | None = None
+    """True when the module's algorithm comes from a ModelOpt MIXED_PRECISION map."""
+    declaration_form: list[str] | None = None
+    """``nested`` (a ``quantization`` block, as ``hf_quant_config.json`` writes it) or ``flat``."""
+    groups_weight_only: bool | None = None
+    """True when a ModelOpt declaration carries ``config_groups`` and every group has
+    ``input_activations: null``."""
+    module_contains: list[str] | None = None
+    """Holds when the module's name contains any of these strings."""
+    # --- conditions on what is shipped ------------------------------------------------------
     shipped: list[str] | None = None
     """Shipped spelling families."""
     operands_present: list[str] = Field(default_factory=list)
     operands_absent: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    # --- conditions on the engine and the GPU -----------------------------------------------
+    env: dict[str, str | list[str]] = Field(default_factory=dict)
+    """Setting -> the value (or any of the values) it must have."""
     gpu_min: int | None = None
     """Lowest compute capability (as 80, 90, 100 ...) the rule applies to, inclusive."""
     gpu_max: int | None = None
     """Highest compute capability, inclusive."""
+    # --- what the rule says -----------------------------------------------------------------
     arm: str
-    """The executed arm, in the arm vocabulary; ``none`` when the engine has no arm."""
+    """The executed arm, in the arm vocabulary; ``none`` when the engine has no arm (it refuses
+    to load), ``unknown`` when the profile does not model the engine's choice."""
+    kernel: str | None = None
+    """Kernel detail beside the arm, e.g. ``Marlin``; never part of the arm name."""
     reason: str
     log: str | None = None
     """The line the engine itself prints for this arm, where there is one."""
     note: str | None = None
     """A recorded defect or caveat of this arm, shown beside the arm line."""
+    error: str | None = None
+    """The engine's own error text when it refuses to load (arm ``none``). Placeholders:
+    ``{algo}`` (the declared algorithm), ``{gpu}`` (the capability)."""
+    drops: list[str] = Field(default_factory=list)
+    """Operands this arm does not read even when they are shipped (e.g. ``input_scale``)."""
     source: str | None = None
     """Where the rule comes from in the engine's source: ``owner/repo path@commit``."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Rule:
+        if self.error is not None and self.arm != "none":
+            raise ValueError("error is the engine's refusal text: only for arm 'none'")
+        if self.gpu_min is not None and self.gpu_max is not None and self.gpu_min > self.gpu_max:
+            raise ValueError(f"gpu_min {self.gpu_min} is above gpu_max {self.gpu_max}")
+        if self.source is not None and not SOURCE_FORMAT.match(self.source):
+            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
+        return self
+
+
+class LoadError(BaseModel):
+    """The engine's wording for a refusal qarm finds by itself (e.g. ``fused-shards-disagree``).
+
+    The text is appended to the finding's message. ``cause`` tells the two ways fused shards
+    disagree apart: ``exclude`` (some shards excluded or ignored, others not) or ``scheme``
+    (shards declared different schemes).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    producer: list[str] | None = None
+    cause: str | None = None
+    text: str | None = None
+    """The engine's error text. Placeholders: ``{module}``, ``{algos}``, ``{shards}``."""
+    note: str | None = None
+    """What the engine does instead, when it raises nothing."""
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _says_something(self) -> LoadError:
+        if self.text is None and self.note is None:
+            raise ValueError("a load error needs a text or a note")
+        if self.source is not None and not SOURCE_FORMAT.match(self.source):
+            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
+        return self
 
 
 class Profile(BaseModel):
@@ -58,14 +146,32 @@ class Profile(BaseModel):
     name: str
     engine: str
     version: str = ""
+    commit: str = ""
     description: str
-    routing: str
+    routing: Literal["declared", "probe"]
     """``declared`` (the engine routes by the declaration) or ``probe`` (by tensor names)."""
     env: dict[str, EnvVar] = Field(default_factory=dict)
     rules: list[Rule]
+    load_errors: list[LoadError] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules_name_known_settings(self) -> Profile:
+        for i, rule in enumerate(self.rules):
+            for key, wanted in rule.env.items():
+                if key not in self.env:
+                    raise ValueError(f"rules[{i}] conditions on unknown setting {key!r}")
+                choices = self.env[key].choices
+                values = [wanted] if isinstance(wanted, str) else wanted
+                if choices is not None and any(v not in choices for v in values):
+                    raise ValueError(f"rules[{i}]: {key} takes {choices}, not {values}")
+        return self
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}".strip()
 
 
-BUILTIN = ("name-probe",)
+BUILTIN = ("vllm", "sglang", "name-probe")
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -74,7 +180,7 @@ def load_profile(name_or_path: str) -> Profile:
         text = (
             resources.files("qarm_audit.engines.profiles")
             .joinpath(f"{name_or_path}.toml")
-            .read_text()
+            .read_text(encoding="utf-8")
         )
         where = f"profile {name_or_path}"
     else:
@@ -92,7 +198,7 @@ def load_profile(name_or_path: str) -> Profile:
     except ValidationError as exc:
         first = exc.errors()[0]
         path_ = ".".join(str(p) for p in first["loc"])
-        raise ProfileError(where, f"{path_}: {first['msg']}") from None
+        raise ProfileError(where, f"{path_ or '(top level)'}: {first['msg']}") from None
 
 
 def resolve_env(profile: Profile, overrides: dict[str, str]) -> dict[str, str]:
@@ -102,41 +208,74 @@ def resolve_env(profile: Profile, overrides: dict[str, str]) -> dict[str, str]:
             profile.name,
             f"no setting {', '.join(unknown)}; it knows {', '.join(sorted(profile.env)) or 'none'}",
         )
+    for key, value in sorted(overrides.items()):
+        choices = profile.env[key].choices
+        if choices is not None and value not in choices:
+            raise ProfileError(profile.name, f"{key}={value}: it takes {', '.join(choices)}")
     return {k: overrides.get(k, v.default) for k, v in sorted(profile.env.items())}
 
 
-def select(
-    profile: Profile,
-    *,
-    declared_family: str,
-    declared_algo: str,
-    declared_arm: str,
-    shipped: str,
-    operands: frozenset[str],
-    env: dict[str, str],
-    gpu: int | None,
-) -> Rule | None:
-    """The first rule that holds. A GPU condition never holds when no GPU is given."""
+class View(BaseModel):
+    """What the rules see of one module: the declaration's side and the shipped side."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    declared_family: str
+    declared_algo: str
+    declared_arm: str
+    declared_strategy: str = ""
+    producer: str = ""
+    mixed: bool = False
+    declaration_form: str = "flat"
+    groups_weight_only: bool = False
+    module: str = ""
+    shipped: str
+    operands: frozenset[str]
+
+
+def _env_holds(env: dict[str, str], key: str, wanted: str | list[str]) -> bool:
+    value = env.get(key)
+    return value == wanted if isinstance(wanted, str) else value in wanted
+
+
+def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
+    """Whether every condition of ``rule`` holds. A GPU condition never holds without a GPU."""
+    algo = view.declared_algo.upper()
+    checks = (
+        rule.declared_family is None or view.declared_family in rule.declared_family,
+        rule.declared_algo is None or algo in rule.declared_algo,
+        rule.declared_algo_not is None or algo not in rule.declared_algo_not,
+        rule.declared_arm is None or view.declared_arm in rule.declared_arm,
+        rule.declared_strategy is None or view.declared_strategy in rule.declared_strategy,
+        rule.producer is None or view.producer in rule.producer,
+        rule.mixed is None or view.mixed == rule.mixed,
+        rule.declaration_form is None or view.declaration_form in rule.declaration_form,
+        rule.groups_weight_only is None or view.groups_weight_only == rule.groups_weight_only,
+        rule.module_contains is None or any(s in view.module for s in rule.module_contains),
+        rule.shipped is None or view.shipped in rule.shipped,
+        all(op in view.operands for op in rule.operands_present),
+        not any(op in view.operands for op in rule.operands_absent),
+        all(_env_holds(env, k, v) for k, v in rule.env.items()),
+    )
+    if not all(checks):
+        return False
+    if rule.gpu_min is None and rule.gpu_max is None:
+        return True
+    return (
+        gpu is not None
+        and (rule.gpu_min is None or gpu >= rule.gpu_min)
+        and (rule.gpu_max is None or gpu <= rule.gpu_max)
+    )
+
+
+def select(profile: Profile, view: View, env: dict[str, str], gpu: int | None) -> Rule | None:
+    """The first rule that holds, or None."""
     for rule in profile.rules:
-        if rule.declared_family is not None and declared_family not in rule.declared_family:
-            continue
-        if rule.declared_algo is not None and declared_algo.upper() not in rule.declared_algo:
-            continue
-        if rule.declared_arm is not None and declared_arm not in rule.declared_arm:
-            continue
-        if rule.shipped is not None and shipped not in rule.shipped:
-            continue
-        if not all(op in operands for op in rule.operands_present):
-            continue
-        if any(op in operands for op in rule.operands_absent):
-            continue
-        if any(env.get(k) != v for k, v in rule.env.items()):
-            continue
-        if (rule.gpu_min is not None or rule.gpu_max is not None) and (
-            gpu is None
-            or (rule.gpu_min is not None and gpu < rule.gpu_min)
-            or (rule.gpu_max is not None and gpu > rule.gpu_max)
-        ):
-            continue
-        return rule
+        if holds(rule, view, env, gpu):
+            return rule
     return None
+
+
+def uses_gpu(profile: Profile) -> bool:
+    """Whether any rule looks at the GPU (a profile that does not predicts one arm for all)."""
+    return any(r.gpu_min is not None or r.gpu_max is not None for r in profile.rules)

@@ -77,6 +77,7 @@ class FindingRow(_Row):
 class ArmRow(_Row):
     scheme: str
     modules: int
+    """Modules on this row; 0 when only a declaration was audited (no tensor names)."""
     declared: str
     executed: str
     reason: str
@@ -84,20 +85,46 @@ class ArmRow(_Row):
     log: str | None = None
     operands: dict[str, str] = Field(default_factory=dict)
     """Coverage of operands that decide arms, e.g. ``{"input_scale": "193/193"}``."""
+    gpu: str | None = None
+    """The GPUs this row holds for: ``sm90`` for ``--gpu``, a range of the standard capability
+    set (``sm80-sm90``, ``sm100+``, ``sm80, sm120+``) without one; None when it holds for all."""
+    kernel: str | None = None
+    """Kernel detail of the executed arm (``Marlin``); the arm name alone decides agreement."""
+    source: str | None = None
+    """The engine source the rule was read from: ``owner/repo path@commit``."""
 
     def line(self) -> str:
         """``NVFP4: declared W4A4-NVFP4, input_scale on 193/193 -> executed W4A16-NVFP4``."""
         coverage = "".join(f", {k} on {v}" for k, v in self.operands.items())
         verb = "=" if self.declared == self.executed else "->"
+        kernel = f" ({self.kernel})" if self.kernel else ""
+        gpu = f" on {self.gpu}" if self.gpu else ""
         return (
             f"{self.scheme}: declared {self.declared}{coverage} {verb} executed "
-            f"{self.executed} [{self.modules} modules]"
+            f"{self.executed}{kernel}{gpu} [{self.modules} modules]"
         )
+
+
+class RoutingMove(_Row):
+    """Modules whose arm moves when routing switches from the profile's own to the other."""
+
+    from_arm: str
+    """The arm under the profile's own routing."""
+    to_arm: str
+    """The arm under the other routing."""
+    from_routing: str
+    to_routing: str
+    gpu: str | None = None
+    """As in ArmRow: where the move happens; None when on every GPU."""
+    modules: int
+    module_names: list[str]
 
 
 class EngineInfo(_Row):
     name: str
+    version: str = ""
     routing: str
+    """The routing the arm line was computed with: ``declared`` or ``probe``."""
     env: dict[str, str]
     gpu: str | None
 
@@ -131,6 +158,37 @@ class ModuleRow(_Row):
     shipped: str
 
 
+class ScalarRow(_Row):
+    """One scale tensor the scalar probe considered."""
+
+    tensor: str
+    dtype: str
+    shape: list[int]
+    status: str
+    """``ok``, ``zero``, ``negative``, ``nonfinite``, ``skipped`` (not read: above the bound or
+    an undecoded dtype) or ``not-read`` (the source holds no bytes)."""
+    values: list[str] = Field(default_factory=list)
+    """Decoded values as text (``nan``, ``inf`` kept: JSON numbers cannot carry them)."""
+    note: str | None = None
+
+
+class ProbeInfo(_Row):
+    """What ``--probe-scalars`` read: never more than ``bound`` elements of any one tensor."""
+
+    available: bool
+    """False when the source holds no tensor bytes (a manifest); then nothing was read."""
+    reason: str | None
+    bound: int
+    """Most elements read from any one tensor."""
+    candidates: int
+    tensors_read: int
+    bytes_read: int
+    """Tensor-data bytes read, beyond the 8-byte prefixes and headers every audit reads."""
+    flagged: int
+    """Tensors holding a zero, negative or non-finite value."""
+    scalars: list[ScalarRow]
+
+
 class Report(_Row):
     schema_version: str = SCHEMA_VERSION
     verdict: str
@@ -141,11 +199,16 @@ class Report(_Row):
     totals: Totals
     buckets: list[Bucket]
     arms: list[ArmRow]
+    routing_moves: list[RoutingMove] | None = None
+    """``--routing both``: modules whose arm moves between the two routings; None when not
+    asked for, [] when nothing moves."""
     refusals: list[FindingRow]
     warnings: list[FindingRow]
     notes: list[FindingRow]
     integrity: IntegrityInfo | None
     modules: list[ModuleRow]
+    probe: ProbeInfo | None = None
+    """Scale values, only with ``--probe-scalars``; None means no tensor byte was read."""
 
     def worst(self) -> str:
         if self.refusals:

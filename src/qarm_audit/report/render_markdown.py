@@ -5,7 +5,7 @@ Deterministic: no timestamps, no absolute paths beyond what the user typed.
 
 from __future__ import annotations
 
-from .model import FindingRow, Report
+from .model import FindingRow, ProbeInfo, Report
 
 VERDICT = {
     "refused": "❌ **refused**",
@@ -44,6 +44,8 @@ def render_markdown(report: Report) -> str:
         f"{len(report.warnings)} warnings. Declared **{_cell(decl.algo or decl.family)}** "
         f"({decl.family}) via `{_cell(decl.source or 'no declaration')}`; engine "
         f"profile `{report.engine.name}`"
+        + (f" {report.engine.version}" if report.engine.version else "")
+        + f" (routing by {report.engine.routing})"
         + (
             f" ({', '.join(f'{k}={v}' for k, v in report.engine.env.items())})"
             if report.engine.env
@@ -72,8 +74,11 @@ def render_markdown(report: Report) -> str:
         out += [
             f"- {_cell(a.line())}: {_cell(a.reason)}"
             + (f" _Note: {_cell(a.note)}_" if a.note else "")
+            + (f"\n  - engine log: `{_cell(a.log)}`" if a.log else "")
             for a in report.arms
         ]
+    if report.routing_moves is not None:
+        out += ["", *_moves(report)]
     for title, rows in (
         ("Refusals", report.refusals),
         ("Warnings", report.warnings),
@@ -81,6 +86,8 @@ def render_markdown(report: Report) -> str:
     ):
         if rows:
             out += ["", *_findings(title, rows)]
+    if report.probe is not None:
+        out += ["", *_probe(report.probe)]
     if report.integrity is not None:
         integ = report.integrity
         out += ["", "<details><summary>Integrity</summary>", "", f"{_cell(integ.verification)}", ""]
@@ -94,6 +101,35 @@ def render_markdown(report: Report) -> str:
         ]
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def _moves(report: Report) -> list[str]:
+    """``--routing both``: the modules whose arm moves between the two routings."""
+    moves = report.routing_moves or []
+    if not moves:
+        return ["**Routing moves**: none; every module runs the same arm under both routings."]
+    first = moves[0]
+    out = [
+        f"**Routing moves** (routing by {first.from_routing} -> by {first.to_routing}):",
+        "",
+        "| from arm | to arm | GPUs | modules |",
+        "|---|---|---|---:|",
+    ]
+    out += [
+        f"| {_cell(m.from_arm)} | {_cell(m.to_arm)} | {_cell(m.gpu or 'all')} | {m.modules} |"
+        for m in moves
+    ]
+    for m in moves:
+        out += [
+            "",
+            f"<details><summary>{_cell(m.from_arm)} -> {_cell(m.to_arm)}"
+            f"{' on ' + _cell(m.gpu) if m.gpu else ''} ({m.modules} modules)</summary>",
+            "",
+            *[f"- `{_cell(name)}`" for name in m.module_names],
+            "",
+            "</details>",
+        ]
+    return out
 
 
 def _declared(report: Report) -> list[str]:
@@ -140,4 +176,31 @@ def _findings(title: str, rows: list[FindingRow]) -> list[str]:
         for r in rows
     ]
     out += ["", "</details>"]
+    return out
+
+
+def probe_line(probe: ProbeInfo) -> str:
+    """One sentence: what ``--probe-scalars`` read, or why it read nothing."""
+    if not probe.available:
+        return (
+            f"scalar probe: nothing read ({probe.reason}); "
+            f"{probe.candidates} scale tensors not checked"
+        )
+    skipped = probe.candidates - probe.tensors_read
+    return (
+        f"scalar probe: {probe.tensors_read} scale tensors read, {probe.bytes_read} bytes "
+        f"(at most {probe.bound} elements each), {probe.flagged} flagged"
+        + (f", {skipped} not read (see JSON)" if skipped else "")
+    )
+
+
+def _probe(probe: ProbeInfo) -> list[str]:
+    out = [f"**Scalar probe**: {_cell(probe_line(probe).removeprefix('scalar probe: '))}."]
+    flagged = [r for r in probe.scalars if r.status in ("zero", "negative", "nonfinite")]
+    if flagged:
+        out += ["", "| tensor | dtype | shape | values |", "|---|---|---|---|"]
+        out += [
+            f"| `{_cell(r.tensor)}` | {r.dtype} | {r.shape} | {_cell(', '.join(r.values))} |"
+            for r in flagged
+        ]
     return out

@@ -16,6 +16,22 @@ def render_table(report: Report, console: Console) -> None:
     console.print(_renderable(report))
 
 
+def _moves(report: Report) -> RenderableType:
+    moves = report.routing_moves or []
+    if not moves:
+        return Text("routing moves: none; every module runs the same arm under both routings")
+    table = Table(
+        title=f"Routing moves (by {moves[0].from_routing} -> by {moves[0].to_routing})",
+        title_justify="left",
+    )
+    for column in ("from arm", "to arm", "GPUs", "modules", "first modules"):
+        table.add_column(column, overflow="fold")
+    for m in moves:
+        shown = ", ".join(m.module_names[:3]) + (" …" if m.modules > 3 else "")
+        table.add_row(m.from_arm, m.to_arm, m.gpu or "all", str(m.modules), shown)
+    return table
+
+
 def _renderable(report: Report) -> RenderableType:
     from .render_markdown import verdict_line
 
@@ -57,10 +73,20 @@ def _renderable(report: Report) -> RenderableType:
     )
     parts.append(buckets)
     for a in report.arms:
-        style = "green" if a.declared == a.executed else "yellow" if a.executed != "none" else "red"
+        style = (
+            "green"
+            if a.declared == a.executed
+            else "red"
+            if a.executed == "none"
+            else "dim"
+            if a.executed == "unknown"
+            else "yellow"
+        )
         parts.append(Text(f"arm {a.line()}: {a.reason}", style=style))
         if a.note:
             parts.append(Text(f"  note: {a.note}", style="italic"))
+    if report.routing_moves is not None:
+        parts.append(_moves(report))
     for title, rows, style in (
         ("Refusals", report.refusals, "red"),
         ("Warnings", report.warnings, "yellow"),
@@ -76,6 +102,15 @@ def _renderable(report: Report) -> RenderableType:
         if len(rows) > MAX_ROWS:
             table.add_row("…", f"{len(rows) - MAX_ROWS} more (see --format json)", "")
         parts.append(table)
+    if report.probe is not None:
+        from .render_markdown import probe_line
+
+        parts.append(Text(probe_line(report.probe), style="red" if report.probe.flagged else "dim"))
+        flagged = [s for s in report.probe.scalars if s.status in ("zero", "negative", "nonfinite")]
+        parts.extend(
+            Text(f"  {r.status}: {r.tensor} = {', '.join(r.values)}", style="red")
+            for r in flagged[:MAX_ROWS]
+        )
     if report.integrity is not None:
         parts.append(
             Text(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SourceSpecError
 from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
-from .local import read_folder, read_local_shard, read_text
+from .local import LocalBytes, read_folder, read_local_shard, read_text
 from .manifest import is_manifest_text, read_manifest, render_manifest, write_manifest
+
+if TYPE_CHECKING:
+    from .hub import HubObserver
 
 __all__ = [
     "Checkpoint",
@@ -32,8 +36,13 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None] | None:
     return match["repo"], match["rev"]
 
 
-def open_source(spec: str, *, require_pinned: bool = False) -> Checkpoint:
-    """Read a local folder, a cache snapshot, a manifest, a lone file, or a Hub ``repo@rev``."""
+def open_source(
+    spec: str, *, require_pinned: bool = False, observer: HubObserver | None = None
+) -> Checkpoint:
+    """Read a local folder, a cache snapshot, a manifest, a lone file, or a Hub ``repo@rev``.
+
+    ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub.py``.
+    """
     path = Path(spec)
     if path.is_dir():
         return read_folder(path, spec)
@@ -43,20 +52,28 @@ def open_source(spec: str, *, require_pinned: bool = False) -> Checkpoint:
     if hub is not None:
         from .hub import read_hub
 
-        return read_hub(hub[0], hub[1], location=spec, require_pinned=require_pinned)
+        return read_hub(
+            hub[0], hub[1], location=spec, require_pinned=require_pinned, observer=observer
+        )
     raise SourceSpecError(spec, "no such file or folder, and not of the form owner/name@revision")
 
 
 def _read_file(path: Path, spec: str) -> Checkpoint:
     try:
         with path.open("rb") as handle:
-            head = handle.read(200)
+            head = handle.read(8)
+            if path.suffix != ".safetensors" or head[:2] == b"\x1f\x8b" or head[:1] == b"{":
+                head += handle.read(192)  # sniff for a manifest; a shard's data is never read
     except OSError as exc:
         raise SourceSpecError(spec, f"cannot read: {exc.strerror or exc}") from None
     if head[:2] == b"\x1f\x8b" or is_manifest_text(head):
         return read_manifest(path, spec)
     if path.suffix == ".safetensors":
         shard = read_local_shard(path, path.name)
-        return Checkpoint(origin=Origin("local", spec), shards=(shard,))
+        return Checkpoint(
+            origin=Origin("local", spec),
+            shards=(shard,),
+            read_bytes=LocalBytes(path.parent, path.resolve().parent, frozenset({path.name})),
+        )
     text = read_text(path, spec)
     return Checkpoint(origin=Origin("declaration", spec), documents={path.name: text})

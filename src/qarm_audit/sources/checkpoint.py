@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 DECLARATION_FILES = ("config.json", "hf_quant_config.json", "quantization_config.json")
 """Documents that can declare a quantization, read verbatim when present."""
+
+ReadBytes = Callable[[str, int, int], bytes]
+"""``read_bytes(file, start, length)``: exactly ``length`` bytes of shard ``file`` from absolute
+offset ``start`` (the 8-byte prefix and the header included in the count). A source that can read
+tensor bytes provides one; only ``qarm audit --probe-scalars`` calls it, for a few bytes each."""
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -64,6 +70,9 @@ class Checkpoint:
     index_text: str | None = None
     """``model.safetensors.index.json`` verbatim, or None for a single-file checkpoint."""
     shards: tuple[ShardHeader, ...] = ()
+    read_bytes: ReadBytes | None = field(default=None, compare=False, repr=False)
+    """Range reads of tensor bytes, or None where there are none (a manifest, a declaration).
+    Never called by a plain audit: without ``--probe-scalars`` only headers are read."""
 
     @property
     def has_weights(self) -> bool:

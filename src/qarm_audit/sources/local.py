@@ -6,6 +6,7 @@ Only the declaration documents, the index and each shard's 8-byte prefix and hea
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FetchError, ShardIndexError, SourceSpecError
@@ -15,6 +16,9 @@ from .index import parse_index
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
+
+READ_CAP = 64 * 1024
+"""Largest single tensor-byte read a local source serves (the scalar probe asks for far less)."""
 
 
 def read_text(path: Path, where: str, cap: int = DOCUMENT_CAP) -> str:
@@ -42,6 +46,35 @@ def read_local_shard(path: Path, file: str, cap: int = HEADER_CAP) -> ShardHeade
     except OSError as exc:
         raise FetchError(file, f"cannot read: {exc.strerror or exc}") from None
     return parse_header(raw, file=file, size=size, header_length=length)
+
+
+@dataclass(frozen=True)
+class LocalBytes:
+    """``read_bytes(file, start, length)`` over the shards of one local checkpoint: seek and read.
+
+    Serves only the shard files the checkpoint was read from, never more than :data:`READ_CAP`
+    bytes at once, and refuses a file that now resolves outside the checkpoint.
+    """
+
+    root: Path
+    allowed: Path
+    files: frozenset[str]
+
+    def __call__(self, file: str, start: int, length: int) -> bytes:
+        if file not in self.files:
+            raise SourceSpecError(file, "is not a shard of this checkpoint")
+        if start < 0 or length < 0 or length > READ_CAP:
+            raise SourceSpecError(file, f"refusing a read of {length} bytes at {start}")
+        path = _contained(self.root / file, self.allowed, file)
+        try:
+            with path.open("rb") as handle:
+                handle.seek(start)
+                data = handle.read(length)
+        except OSError as exc:
+            raise FetchError(file, f"cannot read: {exc.strerror or exc}") from None
+        if len(data) != length:
+            raise FetchError(file, f"asked {length} bytes at {start}, the file gave {len(data)}")
+        return data
 
 
 def _cache_repo(root: Path) -> tuple[str, str, Path] | None:
@@ -98,5 +131,9 @@ def read_folder(root: Path, location: str) -> Checkpoint:
     if not documents and not shards:
         raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
     return Checkpoint(
-        origin=origin, documents=documents, index_text=index_text, shards=tuple(shards)
+        origin=origin,
+        documents=documents,
+        index_text=index_text,
+        shards=tuple(shards),
+        read_bytes=LocalBytes(root, allowed, frozenset(shard_files)),
     )

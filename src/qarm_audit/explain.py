@@ -1,0 +1,618 @@
+"""``qarm explain SOURCE NAME``: every rule tried for one module, and the one that decided.
+
+:func:`trace` re-runs the resolver's strategies for ONE module, in the resolver's order, and
+records each attempt: ``decided`` (the first that matched: the resolver's answer),
+``shadowed`` (would also match, but an earlier rule decided), ``miss``, ``split`` (a fused
+module whose shards are excluded unevenly) or ``n/a`` (does not apply to this module). It
+reuses the resolver's own pattern sets and first-child scan; a test checks that its decision
+is ``resolve()``'s for every module of every fixture.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .audit import DEFAULT_ENGINE, audit
+from .declarations import CompressedTensorsRules, Declaration, ModelOptRules, read_declaration
+from .engines.profile import Profile, load_profile, resolve_env
+from .errors import UsageError
+from .inventory import FUSED_SHARDS, ModuleInfo, build_inventory
+from .operands import QUANT_OPERANDS, classify_operand, split_name
+from .report.model import ArmRow, EngineInfo, FindingRow, SourceInfo
+from .resolver import (
+    EXCLUDED,
+    INFERRED_CLASS,
+    UNLISTED,
+    Membership,
+    _CompressedTensors,
+    _Excludes,
+    _language_model_aliases,
+    _ModelOpt,
+    resolve,
+)
+from .sources import Checkpoint, open_source
+from .spelling import spell
+
+EXPLAIN_SCHEMA_VERSION = "1.0"
+SUGGESTIONS = 5
+
+DECIDED, SHADOWED, MISS, SPLIT, NA = "decided", "shadowed", "miss", "split", "n/a"
+
+
+def _q(text: str) -> str:
+    """A name or pattern quoted as written (``repr`` would double a regex's backslashes)."""
+    return f"'{text}'"
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Attempt(_Row):
+    """One rule the resolver tries for a module."""
+
+    step: str
+    """``exclude: exact``, ``quantized_layers: prefix``, ``targets: regex`` ..."""
+    tried: str
+    """The name (or names) looked up."""
+    outcome: str
+    """``decided``, ``shadowed``, ``miss``, ``split`` or ``n/a``."""
+    detail: str
+    bucket: str = ""
+    """Where a match would put the module (a scheme, ``excluded``)."""
+
+
+class OperandRow(_Row):
+    operand: str
+    tensor: str
+    dtype: str
+    shape: list[int]
+    shard: str
+    kind: str
+    """``plain``, ``quant``, ``kv`` or ``unclassified``."""
+    family: str
+    """The quantization family the operand name belongs to, or ``""``."""
+
+
+class ModuleExplanation(_Row):
+    module: str
+    engine_name: str
+    """The module the engine builds: ``qkv_proj`` for ``q_proj``, ``experts`` for an expert."""
+    kind: str
+    fused_shards: list[str]
+    bucket: str
+    how: str
+    rule: str
+    scheme: str | None
+    """The decided scheme, described; None when the module is excluded or unlisted."""
+    attempts: list[Attempt]
+    operands: list[OperandRow]
+    shipped: str
+    """The shipped spelling family (``nvfp4``, ``fp8``, ``none`` ...)."""
+    shipped_detail: str
+    verdict: str
+    """``refused``, ``warnings`` or ``clean``, for this module's own findings."""
+    findings: list[FindingRow]
+    arms: list[ArmRow]
+    """The arm under the chosen engine profile (one row per GPU range where they differ)."""
+    arm_note: str | None = None
+    """Why there is no arm row (not a Linear, declared unquantized, ships nothing)."""
+
+
+class Explanation(_Row):
+    schema_version: str = EXPLAIN_SCHEMA_VERSION
+    query: str
+    matched: str
+    """``module``, ``tensor`` or ``engine module`` (a fused or experts name: each member)."""
+    tensor: str | None = None
+    source: SourceInfo
+    declaration: str
+    engine: EngineInfo
+    modules: list[ModuleExplanation] = Field(default_factory=list)
+
+
+class NameNotFoundError(UsageError):
+    """The name is no module, tensor or engine module of the checkpoint."""
+
+    def __init__(self, where: str, problem: str, suggestions: list[str]) -> None:
+        super().__init__(where, problem)
+        self.suggestions = suggestions
+
+
+# --- the trace -----------------------------------------------------------------------------
+
+
+class _Log:
+    """Attempts in order; the first match decides, later matches are shadowed."""
+
+    def __init__(self) -> None:
+        self.attempts: list[Attempt] = []
+        self.decision: Membership | None = None
+
+    def hit(self, step: str, tried: str, membership: Membership, detail: str) -> None:
+        outcome = DECIDED if self.decision is None else SHADOWED
+        if self.decision is None:
+            self.decision = membership
+        self.attempts.append(
+            Attempt(
+                step=step, tried=tried, outcome=outcome, detail=detail, bucket=membership.bucket
+            )
+        )
+
+    def miss(self, step: str, tried: str, detail: str = "no match") -> None:
+        self.attempts.append(Attempt(step=step, tried=tried, outcome=MISS, detail=detail))
+
+    def na(self, step: str, detail: str) -> None:
+        self.attempts.append(Attempt(step=step, tried="", outcome=NA, detail=detail))
+
+    def split(self, step: str, tried: str, detail: str) -> None:
+        self.attempts.append(Attempt(step=step, tried=tried, outcome=SPLIT, detail=detail))
+
+
+def trace(
+    declaration: Declaration, modules: Mapping[str, ModuleInfo], name: str
+) -> tuple[list[Attempt], Membership]:
+    """Every resolution rule tried for module ``name``, and the membership that decided.
+
+    Pure: the declaration and the inventory in, attempts out; nothing is read.
+    """
+    info = modules[name]
+    log = _Log()
+    if declaration.modelopt is not None:
+        _trace_modelopt(log, declaration.modelopt, modules, info)
+    elif declaration.compressed_tensors is not None:
+        _trace_compressed_tensors(log, declaration.compressed_tensors, modules, info)
+    else:
+        reason = f": {declaration.reason}" if declaration.reason else ""
+        log.hit(
+            "declaration",
+            name,
+            Membership(UNLISTED, "none"),
+            f"no quantization rules were read ({declaration.family}{reason})",
+        )
+    decision = log.decision
+    if decision is None:
+        decision = Membership(UNLISTED, "none")
+        log.hit("no rule matched", name, decision, "unlisted: unquantized")
+    return log.attempts, decision
+
+
+def _members(modules: Mapping[str, ModuleInfo], info: ModuleInfo) -> list[ModuleInfo]:
+    return [m for m in modules.values() if m.engine_name == info.engine_name]
+
+
+def _fused(engine: str, members: list[ModuleInfo]) -> bool:
+    return len(members) > 1 and engine.endswith(tuple(FUSED_SHARDS))
+
+
+def _entry(written: str, matched: str) -> str:
+    return f"entry {_q(written)}" + (f" (as {_q(matched)})" if written != matched else "")
+
+
+def _trace_modelopt(
+    log: _Log, rules: ModelOptRules, modules: Mapping[str, ModuleInfo], info: ModuleInfo
+) -> None:
+    engine = info.engine_name
+    members = _members(modules, info)
+    on = f" on the engine's name {engine}" if engine != info.name else ""
+    if not rules.excludes:
+        log.na("exclude_modules", "the declaration lists no exclude_modules / ignore entries")
+    else:
+        ex = _Excludes(rules.excludes)
+        if engine in ex.exact:
+            written = ex.origin[engine]
+            how = "exact" if written == engine else "wildcard"
+            log.hit(
+                "exclude: exact",
+                engine,
+                Membership(EXCLUDED, how, written),
+                _entry(written, engine) + on,
+            )
+        else:
+            log.miss("exclude: exact", engine)
+        if ".experts" in engine:
+            entry = next((e for e in ex.experts if engine in e), None)
+            if entry is not None:
+                log.hit(
+                    "exclude: experts",
+                    engine,
+                    Membership(EXCLUDED, "exact", entry),
+                    f"entry {_q(entry)} names an expert of {engine}",
+                )
+            else:
+                log.miss("exclude: experts", engine, "no entry names one of its experts")
+        else:
+            log.na("exclude: experts", "not a routed-experts module")
+        if ex.wildcard.patterns:
+            wildcard = ex.wildcard.first(engine)
+            if wildcard is not None:
+                log.hit(
+                    "exclude: wildcard",
+                    engine,
+                    Membership(EXCLUDED, "wildcard", wildcard),
+                    f"pattern {_q(wildcard)} matches the whole name (fnmatch: * crosses dots)",
+                )
+            else:
+                log.miss("exclude: wildcard", engine)
+        else:
+            log.na("exclude: wildcard", "no wildcard entries")
+        stripped = engine.removeprefix("language_model.")
+        substring = ex.substring.first(engine) or (
+            ex.substring.first(stripped) if stripped != engine else None
+        )
+        if substring is not None:
+            written = ex.origin.get(substring, substring)
+            log.hit(
+                "exclude: substring",
+                engine,
+                Membership(EXCLUDED, "substring", written),
+                f"{_q(substring)} occurs inside the name (vLLM's legacy raw-substring stage)",
+            )
+        else:
+            log.miss("exclude: substring", engine)
+        if _fused(engine, members):
+            listed = [m for m in members if m.name in ex.exact]
+            if listed and len(listed) == len(members):
+                log.hit(
+                    "exclude: fused shards",
+                    ", ".join(m.name for m in members),
+                    Membership(EXCLUDED, "exact", listed[0].name),
+                    f"every shard of {engine} is listed",
+                )
+            elif listed:
+                log.split(
+                    "exclude: fused shards",
+                    ", ".join(m.name for m in members),
+                    f"{[m.leaf for m in listed]} listed and "
+                    f"{[m.leaf for m in members if m not in listed]} not: not excluded, and "
+                    "fused-shards-disagree is refused",
+                )
+            else:
+                log.miss("exclude: fused shards", ", ".join(m.name for m in members))
+        else:
+            log.na("exclude: fused shards", "not a shard of a fused module")
+    if rules.layers is None:
+        default = rules.default_scheme
+        if default is None:
+            log.na("class: Linear", "no default scheme")
+        elif info.kind == "linear":
+            log.hit(
+                "class: Linear",
+                info.name,
+                Membership(default.name, "class", "Linear"),
+                f"quant_algo {rules.algo} applies to every Linear not excluded",
+            )
+        else:
+            log.miss("class: Linear", info.name, f"a {info.kind} module is not a Linear")
+        return
+    layers = rules.layers
+    resolver = _ModelOpt(rules, modules)
+    aliases = list(dict.fromkeys(_language_model_aliases(info.name)))
+    exact = next((c for c in aliases if c in layers), None)
+    if exact is not None:
+        log.hit(
+            "quantized_layers: exact",
+            ", ".join(aliases),
+            Membership(layers[exact], "exact", exact),
+            f"entry {_q(exact)} -> {layers[exact]}",
+        )
+    else:
+        log.miss("quantized_layers: exact", ", ".join(aliases))
+    step = "quantized_layers: experts" if engine.endswith(".experts") else "quantized_layers: fused"
+    if engine != info.name:
+        engine_aliases = list(dict.fromkeys(_language_model_aliases(engine)))
+        key = next((c for c in engine_aliases if c in layers), None)
+        if key is not None:
+            how = "experts" if engine.endswith(".experts") else "fused"
+            log.hit(
+                step,
+                ", ".join(engine_aliases),
+                Membership(layers[key], how, key),
+                f"entry {_q(key)} names the engine module -> {layers[key]}",
+            )
+        else:
+            log.miss(step, ", ".join(engine_aliases))
+    else:
+        log.na("quantized_layers: fused", "not a fused shard or routed expert")
+    prefix_hit = False
+    for candidate in aliases:
+        key = resolver._first_child(candidate)
+        if key is not None:
+            children = [k for k in layers if k.startswith(candidate + ".")]
+            algos = sorted({layers[k] for k in children})
+            disagree = f"; its listed children declare {algos}" if len(algos) > 1 else ""
+            log.hit(
+                "quantized_layers: prefix",
+                candidate + ".",
+                Membership(layers[key], "prefix", key),
+                f"first listed child {_q(key)} (of {len(children)} listed under it, in map order) "
+                f"-> {layers[key]}{disagree}",
+            )
+            prefix_hit = True
+            break
+    if not prefix_hit:
+        log.miss("quantized_layers: prefix", ", ".join(a + "." for a in aliases), "no listed child")
+    if engine.endswith(".experts"):
+        parent = engine[: -len(".experts")]
+        key = resolver._first_child(parent)
+        if key is not None:
+            log.hit(
+                "quantized_layers: experts-parent",
+                parent + ".",
+                Membership(layers[key], "experts-parent", key),
+                f"first listed child {_q(key)} of the experts' parent -> {layers[key]}",
+            )
+        else:
+            log.miss("quantized_layers: experts-parent", parent + ".", "no listed child")
+    else:
+        log.na("quantized_layers: experts-parent", "not a routed-experts module")
+
+
+def _trace_compressed_tensors(
+    log: _Log, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo], info: ModuleInfo
+) -> None:
+    ct = _CompressedTensors(rules, modules)
+    engine = info.engine_name
+    names = [engine, info.name] if _fused(engine, _members(modules, info)) else [info.name]
+    if len(names) == 1:
+        log.na("ignore (fused module)", "not a shard of a fused module")
+    for name in names:
+        scope = " (fused module)" if name != info.name else ""
+        if not rules.ignore:
+            log.na(f"ignore{scope}", "the declaration lists no ignore entries")
+            continue
+        if name in ct.ignore_exact:
+            log.hit(
+                f"ignore: exact{scope}",
+                name,
+                Membership(EXCLUDED, "exact", name),
+                f"entry {_q(name)}",
+            )
+        else:
+            log.miss(f"ignore: exact{scope}", name)
+        i = ct.ignore_regex.first(name)
+        if i is not None:
+            pattern = "re:" + ct.ignore_regex_src[i]
+            log.hit(
+                f"ignore: regex{scope}",
+                name,
+                Membership(EXCLUDED, "regex", pattern),
+                f"{_q(pattern)} re.match-es the name (start-anchored)",
+            )
+        elif ct.ignore_regex_src:
+            log.miss(f"ignore: regex{scope}", name)
+        else:
+            log.na(f"ignore: regex{scope}", "no re: ignore entries")
+    exact = ct.target_exact.get(info.name)
+    j = ct.target_regex.first(info.name)
+    regex = ct.regex_targets[j][0] if j is not None else None
+    for how, index in (("exact", exact), ("regex", regex)):
+        if index is None:
+            log.miss(f"targets: {how}", info.name)
+    # the earliest target in declaration order wins, whether exact or regex
+    hits = sorted(
+        (index, how) for how, index in (("exact", exact), ("regex", regex)) if index is not None
+    )
+    for index, how in hits:
+        target = ct.targets[index]
+        group = rules.targets[target]
+        later = f" (declared after target #{hits[0][0]})" if index != hits[0][0] else ""
+        log.hit(
+            f"targets: {how}",
+            info.name,
+            Membership(group, how, target),
+            f"target #{index} {_q(target)} of group {group}{later}",
+        )
+    cls = INFERRED_CLASS.get(info.kind)
+    if cls is None:
+        log.miss("targets: class", info.name, f"a {info.kind} module has no class a target names")
+        return
+    for index, target in enumerate(ct.targets):
+        if not target.startswith("re:") and "." not in target and target.lower() in cls:
+            group = rules.targets[target]
+            log.hit(
+                "targets: class",
+                f"{info.name} (class {cls})",
+                Membership(group, "class", target),
+                f"target #{index} {_q(target)} names the module's class -> group {group}",
+            )
+            return
+    log.miss("targets: class", info.name, f"no class target names a {cls}")
+
+
+# --- explain ---------------------------------------------------------------------------------
+
+
+def _lookup(modules: Mapping[str, ModuleInfo], name: str) -> tuple[str, list[str], str | None]:
+    """(what matched, module names, tensor) for a module, tensor or engine-module name."""
+    if name in modules:
+        return "module", [name], None
+    module, operand = split_name(name)
+    if module in modules and operand in modules[module].operands:
+        return "tensor", [module], name
+    members = sorted(m.name for m in modules.values() if m.engine_name == name)
+    if members:
+        return "engine module", members, None
+    return "", [], None
+
+
+def _suggest(modules: Mapping[str, ModuleInfo], name: str) -> list[str]:
+    """The closest names, best first: those ending in the query's dotted tail (an alias prefix
+    left off or added: ``model.layers.0`` for ``model.language_model.layers.0``), then difflib."""
+    candidates = set(modules) | {m.engine_name for m in modules.values()}
+    candidates |= {e.name for m in modules.values() for e in m.operands.values()}
+    parts = name.split(".")
+    tails: list[str] = []
+    for k in range(1, len(parts) - 1):  # a tail of at least two components
+        tail = "." + ".".join(parts[k:])
+        tails = sorted(
+            (c for c in candidates if c.endswith(tail)),
+            key=lambda c: (-difflib.SequenceMatcher(None, name, c).ratio(), c),
+        )
+        if tails:
+            break
+    if len(candidates) > 20_000:  # keep difflib's cost flat: names of about the same depth
+        depth = name.count(".")
+        candidates = {c for c in candidates if abs(c.count(".") - depth) <= 1}
+    close = difflib.get_close_matches(name, sorted(candidates), n=SUGGESTIONS, cutoff=0.6)
+    return list(dict.fromkeys([*tails, *close]))[:SUGGESTIONS]
+
+
+def _not_found(
+    checkpoint: Checkpoint, declaration: Declaration, modules: Mapping[str, ModuleInfo], name: str
+) -> NameNotFoundError:
+    suggestions = _suggest(modules, name)
+    declared = ""
+    mo, ct = declaration.modelopt, declaration.compressed_tensors
+    if (mo is not None and (name in (mo.layers or {}) or name in mo.excludes)) or (
+        ct is not None and (name in ct.targets or name in ct.ignore)
+    ):
+        declared = "; the declaration names it, and no tensor of it is shipped"
+    closest = f"; closest: {', '.join(suggestions)}" if suggestions else "; nothing close"
+    where = checkpoint.origin.location
+    return NameNotFoundError(
+        where, f"no module or tensor named {_q(name)}{declared}{closest}", suggestions
+    )
+
+
+def _operands(info: ModuleInfo, shard_of: Mapping[str, str]) -> list[OperandRow]:
+    return [
+        OperandRow(
+            operand=operand,
+            tensor=entry.name,
+            dtype=entry.dtype,
+            shape=list(entry.shape),
+            shard=shard_of.get(entry.name, ""),
+            kind=classify_operand(operand).value,
+            family=QUANT_OPERANDS.get(operand, ""),
+        )
+        for operand, entry in sorted(info.operands.items())
+    ]
+
+
+def explain(
+    source: str | Checkpoint,
+    name: str,
+    *,
+    engine: str | Profile = DEFAULT_ENGINE,
+    env: Mapping[str, str] | None = None,
+    gpu: str | None = None,
+    require_pinned: bool = False,
+) -> Explanation:
+    """Explain how ``name`` (a module, a tensor, or a fused/experts engine module) resolves.
+
+    Raises :class:`NameNotFoundError` (exit 2) with the closest names when nothing matches.
+    """
+    from .arms import arm_rows, parse_gpu
+    from .crosscheck import check_all
+
+    profile = engine if isinstance(engine, Profile) else load_profile(engine)
+    settings = resolve_env(profile, dict(env or {}))
+    try:
+        capability = parse_gpu(gpu) if gpu else None
+    except ValueError as exc:
+        raise UsageError("--gpu", str(exc)) from None
+    checkpoint = (
+        source
+        if isinstance(source, Checkpoint)
+        else open_source(source, require_pinned=require_pinned)
+    )
+    report = audit(checkpoint, engine=profile, env=settings, gpu=gpu)
+    declaration = read_declaration(checkpoint.documents)
+    modules = build_inventory([e for s in checkpoint.shards for e in s.tensors])
+    matched, names, tensor = _lookup(modules, name)
+    if not names:
+        raise _not_found(checkpoint, declaration, modules, name)
+    memberships = resolve(declaration, modules).memberships
+    spellings, _ = check_all(declaration, modules, memberships)
+    shard_of = {e.name: s.file for s in checkpoint.shards for e in s.tensors}
+    rows = [*report.refusals, *report.warnings, *report.notes]
+    out = []
+    for module in names:
+        info = modules[module]
+        attempts, decided = trace(declaration, modules, module)
+        membership = memberships[module]
+        scheme = (
+            declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
+        )
+        spelling = spellings.get(module) or spell(info)
+        own = {module, info.engine_name}
+        findings = [
+            r
+            for r in rows
+            if r.code != "declared-arm-differs"  # per scheme, not per module: see the arm rows
+            and (r.module in own or r.tensor.startswith(module + "."))
+        ]
+        arms: list[ArmRow] = []
+        arm_note = None
+        if info.kind != "linear":
+            arm_note = f"not a Linear ({info.kind}): engines route Linear modules only"
+        elif not membership.declared_quantized:
+            arm_note = f"{membership.bucket}: the engine loads it unquantized"
+        elif module not in spellings:
+            arm_note = "it ships only KV-cache scales"
+        else:
+            arms, _ = arm_rows(
+                profile,
+                settings,
+                capability,
+                declaration,
+                {module: info},
+                {module: membership},
+                {module: spellings[module]},
+            )
+        verdict = (
+            "refused"
+            if any(r.severity == "refusal" for r in findings)
+            else "warnings"
+            if any(r.severity == "warning" for r in findings)
+            else "clean"
+        )
+        out.append(
+            ModuleExplanation(
+                module=module,
+                engine_name=info.engine_name,
+                kind=info.kind,
+                fused_shards=list(info.fused_shards),
+                bucket=membership.bucket,
+                how=membership.how,
+                rule=membership.rule,
+                scheme=scheme.describe() if scheme else None,
+                attempts=attempts if decided == membership else _disagree(attempts, membership),
+                operands=_operands(info, shard_of),
+                shipped=spelling.family,
+                shipped_detail=spelling.detail,
+                verdict=verdict,
+                findings=findings,
+                arms=arms,
+                arm_note=arm_note,
+            )
+        )
+    decl = report.declaration
+    return Explanation(
+        query=name,
+        matched=matched,
+        tensor=tensor,
+        source=report.source,
+        declaration=f"{decl.algo or decl.family} ({decl.family}) via {decl.source or 'nothing'}",
+        engine=report.engine,
+        modules=out,
+    )
+
+
+def _disagree(attempts: list[Attempt], membership: Membership) -> list[Attempt]:
+    """Never expected (a test holds the trace to the resolver); say so rather than mislead."""
+    return [
+        *attempts,
+        Attempt(
+            step="resolver",
+            tried="",
+            outcome=DECIDED,
+            detail=f"the resolver decided {membership.bucket} ({membership.how} "
+            f"{_q(membership.rule)}); the trace above disagrees: please report this",
+            bucket=membership.bucket,
+        ),
+    ]

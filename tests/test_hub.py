@@ -1,0 +1,595 @@
+"""Hub access through the real huggingface_hub client against tests/hubserver.HubServer.
+
+Every test points huggingface_hub at a fresh server and a fresh Hub cache (``hub`` fixture),
+replaces qarm's retry policy with one that records its sleeps instead of sleeping, and does the
+same for huggingface_hub's own sleeps, so that no test waits for a backoff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import struct
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from huggingface_hub import close_session
+from huggingface_hub import constants as hf_constants
+
+import hubserver
+from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
+from hubserver import HubServer, RepoSpec, SparseFile, point_huggingface_hub_at
+from qarm_audit import audit
+from qarm_audit.cli import _HubStderr
+from qarm_audit.errors import HeaderTooLargeError, HubError
+from qarm_audit.report import render_json
+from qarm_audit.sources import hub as hub_module
+from qarm_audit.sources import open_source
+from qarm_audit.sources.hub import (
+    HubOfflineError,
+    RangeMismatchError,
+    RangeNotHonouredError,
+    RetryPolicy,
+)
+
+TOKEN = "hf_qarmTestSecretToken0123456789"
+SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+DOCUMENTS = {
+    "config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+    "hf_quant_config.json": modelopt_file("NVFP4", ["lm_head"]),
+}
+
+
+# -- fixtures and helpers ------------------------------------------------------------------
+
+
+class Sleeps:
+    """Stands in for ``time.sleep`` (qarm's policy) and for huggingface_hub's ``time``."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture(autouse=True)
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
+    from huggingface_hub import file_download
+    from huggingface_hub.utils import _http as hf_http
+
+    recorder = Sleeps()
+    monkeypatch.setattr(hub_module, "RETRY", RetryPolicy(base_delay=0.01, sleep=recorder.sleep))
+    monkeypatch.setattr(hf_http, "time", recorder)
+    monkeypatch.setattr(file_download, "time", recorder)
+    return recorder
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[Callable[..., HubServer]]:
+    """``hub(*specs, **server_kwargs)``: a started server that huggingface_hub points at."""
+    stack = ExitStack()
+
+    def start(*specs: RepoSpec, **kwargs: Any) -> HubServer:
+        server = stack.enter_context(HubServer({s.repo_id: s for s in specs}, **kwargs))
+        stack.enter_context(point_huggingface_hub_at(server.endpoint, cache_dir=tmp_path / "hf"))
+        return server
+
+    with stack:
+        yield start
+    close_session()
+
+
+def nvfp4(module: str, out: int, inp: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    return dict(nvfp4_modelopt(module, out, inp))
+
+
+def single(tmp_path: Path) -> Path:
+    return write_checkpoint(tmp_path / "single", {"model.safetensors": llama(2, nvfp4)}, DOCUMENTS)
+
+
+def sharded(tmp_path: Path, name: str = "sharded", layers: int = 3) -> Path:
+    tensors = llama(layers, nvfp4)
+    names = sorted(tensors)
+    cut = [0, len(names) // 3, 2 * len(names) // 3, len(names)]
+    shards = {
+        file: {n: tensors[n] for n in names[cut[i] : cut[i + 1]]} for i, file in enumerate(SHARDS)
+    }
+    return write_checkpoint(tmp_path / name, shards, DOCUMENTS)
+
+
+def header_length(path: Path) -> int:
+    with path.open("rb") as handle:
+        return int(struct.unpack("<Q", handle.read(8))[0])
+
+
+def report(result: Any) -> dict[str, Any]:
+    """The JSON report without what legitimately differs between sources."""
+    document = json.loads(result.stdout)
+    document.pop("source")
+    for shard in document["integrity"]["shards"]:
+        shard["remote_sha256"] = None
+    return document
+
+
+def shard_path(repo: str, sha: str, file: str) -> str:
+    return f"/{repo}/resolve/{sha}/{file}"
+
+
+def quiet(result: Any) -> str:
+    return str(result.stdout) + str(result.stderr)
+
+
+# -- equality with a local audit, bytes and requests ---------------------------------------
+
+
+def test_single_file_equals_local_audit(hub: Any, run: Any, tmp_path: Path) -> None:
+    folder = single(tmp_path)
+    spec = RepoSpec.from_folder("org/single", folder)
+    server = hub(spec)
+    remote = run("audit", f"org/single@{spec.sha}", "--format", "json")
+    local = run("audit", folder, "--format", "json")
+    assert remote.exit_code == local.exit_code
+    assert report(remote) == report(local)
+    source = json.loads(remote.stdout)["source"]
+    assert source == {
+        "kind": "hub",
+        "location": f"org/single@{spec.sha}",
+        "repo": "org/single",
+        "revision": spec.sha,
+    }
+    data = (folder / "model.safetensors").read_bytes()
+    shard = json.loads(remote.stdout)["integrity"]["shards"][0]
+    assert shard["remote_sha256"] == hashlib.sha256(data).hexdigest()
+    # The Hub's parameter count sizes the only read exactly: 8 + header bytes, nothing more.
+    path = shard_path("org/single", spec.sha, "model.safetensors")
+    assert server.bytes_by_path[path] == 8 + header_length(folder / "model.safetensors")
+    assert server.count("GET", path) == 1
+    # listing + (HEAD + GET) x 2 documents + 1 range read
+    assert server.request_count == 6
+    assert "resolved" not in remote.stderr
+
+
+def test_sharded_equals_local_audit(hub: Any, run: Any, tmp_path: Path) -> None:
+    folder = sharded(tmp_path)
+    spec = RepoSpec.from_folder("org/sharded", folder)
+    server = hub(spec)
+    remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    local = run("audit", folder, "--format", "json")
+    assert remote.exit_code == local.exit_code
+    assert report(remote) == report(local)
+    for file in SHARDS:
+        path = shard_path("org/sharded", spec.sha, file)
+        need = 8 + header_length(folder / file)
+        # sized from the index's names and the Hub's parameter count: one read, a little slack
+        assert server.count("GET", path) == 1
+        assert need <= server.bytes_by_path[path] <= need * 1.05
+    # listing + (HEAD + GET) x 3 documents + 1 read per shard
+    assert server.request_count == len(SHARDS) + 7
+
+
+@pytest.fixture
+def no_parameter_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub that does not report the safetensors parameter count in model_info."""
+    monkeypatch.setattr(hubserver, "_safetensors_parameters", lambda blob: Counter())
+
+
+@pytest.mark.usefixtures("no_parameter_count")
+def test_without_parameter_count_no_byte_of_tensor_data(hub: Any, run: Any, tmp_path: Path) -> None:
+    folder = sharded(tmp_path)
+    spec = RepoSpec.from_folder("org/sharded", folder)
+    server = hub(spec)
+    remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    assert report(remote) == report(run("audit", folder, "--format", "json"))
+    for file in SHARDS:
+        path = shard_path("org/sharded", spec.sha, file)
+        length = header_length(folder / file)
+        assert server.bytes_by_path[path] == 8 + length  # exactly the prefix and the header
+        ranges = [r.range for r in server.records if r.path == path]
+        # the lower bound from the index's names, then exactly the remainder
+        assert len(ranges) == 2 and str(ranges[1]).endswith(f"-{8 + length - 1}")
+    assert server.request_count == len(SHARDS) + 10
+
+
+@pytest.mark.usefixtures("no_parameter_count")
+def test_later_shards_are_sized_from_earlier_headers(
+    hub: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """After the first wave, the first read is sized from the headers seen: one read each."""
+    monkeypatch.setattr(hub_module, "WORKERS", 2)
+    layer = llama(1, nvfp4)
+    shards = {
+        f"model-{i:05d}-of-00008.safetensors": {
+            name.replace("layers.0.", f"layers.{i}."): t
+            for name, t in layer.items()
+            if "layers.0." in name
+        }
+        for i in range(8)
+    }
+    folder = write_checkpoint(tmp_path / "eight", shards, DOCUMENTS)
+    spec = RepoSpec.from_folder("org/eight", folder)
+    server = hub(spec)
+    checkpoint = open_source(f"org/eight@{spec.sha}")
+    assert [s.file for s in checkpoint.shards] == list(shards)
+    for i, file in enumerate(shards):
+        path = shard_path("org/eight", spec.sha, file)
+        need = 8 + header_length(folder / file)
+        assert server.count("GET", path) == (2 if i < 2 else 1)
+        assert need <= server.bytes_by_path[path] <= need * 1.05
+    assert server.count("GET", "*.safetensors") == len(shards) + 2
+
+
+def test_header_cap_applies_and_reads_stay_bounded(hub: Any, run: Any) -> None:
+    head = struct.pack("<Q", 200_000_000) + b"{"
+    spec = RepoSpec.from_files(
+        "org/huge", {"model.safetensors": SparseFile(head, 10**12), "config.json": b"{}"}
+    )
+    server = hub(spec)
+    with pytest.raises(HeaderTooLargeError):
+        open_source(f"org/huge@{spec.sha}")
+    assert server.bytes_by_path[shard_path("org/huge", spec.sha, "model.safetensors")] == 100_000
+    result = run("audit", f"org/huge@{spec.sha}")
+    assert result.exit_code == 2 and "above the cap" in result.stderr
+
+
+def test_index_naming_a_missing_shard_is_refused(hub: Any, run: Any, tmp_path: Path) -> None:
+    folder = sharded(tmp_path)
+    (folder / SHARDS[2]).unlink()
+    hub(RepoSpec.from_folder("org/holes", folder))
+    result = run("audit", "org/holes")
+    assert result.exit_code == 2
+    assert f"names shard '{SHARDS[2]}', which is not in org/holes@" in result.stderr
+
+
+# -- revisions -----------------------------------------------------------------------------
+
+
+def test_branch_is_resolved_once_and_every_url_names_the_sha(
+    hub: Any, run: Any, tmp_path: Path
+) -> None:
+    spec = RepoSpec.from_folder("org/sharded", sharded(tmp_path))
+    server = hub(spec)
+    result = run("audit", "org/sharded", "--format", "json")
+    assert result.exit_code in (0, 1)
+    assert f"qarm: resolved main -> {spec.sha}\n" in result.stderr
+    assert json.loads(result.stdout)["source"]["revision"] == spec.sha
+    paths = [r.path for r in server.records]
+    assert paths[0] == "/api/models/org/sharded/revision/main"
+    assert sum(p.startswith("/api/") for p in paths) == 1
+    resolve = [p for p in paths if "/resolve/" in p]
+    assert len(resolve) == len(paths) - 1
+    assert all(p.startswith(f"/org/sharded/resolve/{spec.sha}/") for p in resolve)
+
+
+def test_moving_main_mid_run_does_not_mix_revisions(hub: Any, tmp_path: Path, run: Any) -> None:
+    old = sharded(tmp_path, "old")
+    new = sharded(tmp_path, "new", layers=2)
+    spec = RepoSpec.from_folder("org/moving", old)
+    pushed = RepoSpec.from_folder("org/moving", new)
+    server = hub(spec)
+    moved: list[str] = []
+
+    class MoveMain:
+        """Pushes a new commit to main right after qarm resolved it."""
+
+        def resolved(self, revision: str, sha: str) -> None:
+            moved.append(spec.add_commit(pushed.commits[pushed.sha]))
+
+        def headers_started(self, total: int) -> None:
+            pass
+
+        def header_read(self, file: str) -> None:
+            pass
+
+        def headers_finished(self) -> None:
+            pass
+
+    first = spec.sha
+    remote = audit("org/moving", observer=MoveMain())
+    assert moved and spec.sha == moved[0] != first
+    assert remote.source.revision == first
+    local = json.loads(run("audit", old, "--format", "json").stdout)
+    got = json.loads(render_json(remote))
+    got.pop("source")
+    local.pop("source")
+    for shard in got["integrity"]["shards"]:
+        shard["remote_sha256"] = None
+    assert got == local
+    assert not any(moved[0] in r.path for r in server.records)
+
+
+def test_require_pinned_refuses_a_branch(hub: Any, run: Any, tmp_path: Path) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path), tags=["v1"])
+    server = hub(spec)
+    for source in ("org/single", "org/single@main", "org/single@v1"):
+        result = run("audit", source, "--require-pinned")
+        assert result.exit_code == 2, source
+        assert "--require-pinned" in result.stderr and "40-hex" in result.stderr
+    out = tmp_path / "m.json"
+    assert run("manifest", "org/single@v1", "-o", out, "--require-pinned").exit_code == 2
+    assert server.request_count == 0 and not out.exists()
+    assert run("audit", f"org/single@{spec.sha}", "--require-pinned").exit_code in (0, 1)
+    # a branch whose name looks like a sha is still a branch
+    lookalike = "a" * 40
+    spec.branches[lookalike] = spec.sha
+    result = run("audit", f"org/single@{lookalike}", "--require-pinned")
+    assert result.exit_code == 2 and "is a branch or tag pointing at" in result.stderr
+
+
+def test_manifest_through_the_hub(hub: Any, run: Any, tmp_path: Path) -> None:
+    spec = RepoSpec.from_folder("org/sharded", sharded(tmp_path))
+    hub(spec)
+    out = tmp_path / "hub.manifest.json"
+    made = run("manifest", f"org/sharded@{spec.sha}", "-o", out)
+    assert made.exit_code == 0, made.stderr
+    manifest = json.loads(out.read_text())
+    assert manifest["origin"] == {"repo": "org/sharded", "revision": spec.sha}
+    assert all(s["remote_sha256"] for s in manifest["shards"])
+    from_manifest = run("audit", out, "--format", "json")
+    from_hub = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    a, b = json.loads(from_manifest.stdout), json.loads(from_hub.stdout)
+    a.pop("source")
+    b.pop("source")
+    assert a == b
+
+
+def test_observer_hears_resolution_and_progress(hub: Any, tmp_path: Path, capsys: Any) -> None:
+    spec = RepoSpec.from_folder("org/sharded", sharded(tmp_path))
+    hub(spec)
+    events: list[tuple[str, ...]] = []
+
+    class Record:
+        def resolved(self, revision: str, sha: str) -> None:
+            events.append(("resolved", revision, sha))
+
+        def headers_started(self, total: int) -> None:
+            events.append(("started", str(total)))
+
+        def header_read(self, file: str) -> None:
+            events.append(("read", file))
+
+        def headers_finished(self) -> None:
+            events.append(("finished",))
+
+    open_source("org/sharded", observer=Record())
+    assert events[:2] == [("resolved", "main", spec.sha), ("started", "3")]
+    assert sorted(events[2:5]) == [("read", f) for f in SHARDS]
+    assert events[5:] == [("finished",)]
+    # The CLI's observer draws a bar when asked to (only on a terminal, not with JSON).
+    open_source(f"org/sharded@{spec.sha}", observer=_HubStderr(bar=True))
+    assert "resolved" not in capsys.readouterr().err
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+def test_transient_errors_are_retried(hub: Any, run: Any, tmp_path: Path, sleeps: Sleeps) -> None:
+    spec = RepoSpec.from_folder("org/sharded", sharded(tmp_path))
+    server = hub(spec)
+    server.fail(503, path="/api/models/*")
+    server.fail(500, path="*/hf_quant_config.json", method="GET")
+    server.fail(502, path=f"*/{SHARDS[0]}")
+    server.reset_connection(path=f"*/{SHARDS[1]}")
+    server.disconnect(path=f"*/{SHARDS[2]}")
+    result = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    assert result.exit_code in (0, 1), result.stderr
+    assert all(f.hits == 1 for f in server.faults)
+    assert sleeps.calls == [0.01] * 5  # one retry each, after the policy's first delay
+    # one more request per fault, two for the document (hf_hub_download's HEAD and GET)
+    assert server.request_count == len(SHARDS) + 7 + 6
+
+
+def test_rate_limit_honours_retry_after(hub: Any, tmp_path: Path, sleeps: Sleeps) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.rate_limit(retry_after=7, path="*.safetensors")
+    open_source(f"org/single@{spec.sha}")
+    assert sleeps.calls == [7.0]
+    server.rate_limit(retry_after=3600, path="*.safetensors")
+    with pytest.raises(HubError, match="Retry-After asks for 3600 s"):
+        open_source(f"org/single@{spec.sha}")
+
+
+def test_timeout_is_retried(hub: Any, tmp_path: Path, monkeypatch: Any, sleeps: Sleeps) -> None:
+    policy = RetryPolicy(base_delay=0.01, sleep=sleeps.sleep, timeout=0.3)
+    monkeypatch.setattr(hub_module, "RETRY", policy)
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.add_latency(1.0, path="*.safetensors", count=1)
+    checkpoint = open_source(f"org/single@{spec.sha}")
+    assert checkpoint.shards[0].tensors
+    assert sleeps.calls == [0.01]
+    assert server.count("GET", "*.safetensors") == 2
+
+
+def test_persistent_5xx_gives_up_with_a_named_error(
+    hub: Any, run: Any, tmp_path: Path, sleeps: Sleeps
+) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.fail(503, path="*.safetensors", count=None)
+    result = run("audit", f"org/single@{spec.sha}")
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "qarm: error: model.safetensors: reading bytes 0-"
+        f"{header_length(tmp_path / 'single/model.safetensors') + 7}: "
+        "the Hub answered HTTP 503, 4 times; giving up\n"
+    )
+    assert server.count("GET", "*.safetensors") == 4
+    assert sleeps.calls == [0.01, 0.02, 0.04]
+
+
+def test_ignored_range_is_cut_off(hub: Any, run: Any) -> None:
+    n = 40_000 * 40_000
+    header = json.dumps(
+        {"w": {"dtype": "BF16", "shape": [40_000, 40_000], "data_offsets": [0, 2 * n]}}
+    ).encode()
+    head = struct.pack("<Q", len(header)) + header
+    size = len(head) + 2 * n  # 3.2 GB, never materialised
+    spec = RepoSpec.from_files(
+        "org/big", {"model.safetensors": SparseFile(head, size), "config.json": b"{}"}
+    )
+    server = hub(spec)
+    server.ignore_range(path="*.safetensors", count=None)
+    with pytest.raises(RangeNotHonouredError, match="ignored the Range header"):
+        open_source(f"org/big@{spec.sha}")
+    result = run("audit", f"org/big@{spec.sha}")
+    assert result.exit_code == 3
+    assert f"answered HTTP 200 with the whole {size}-byte file" in result.stderr
+    sent = server.bytes_by_path[shard_path("org/big", spec.sha, "model.safetensors")]
+    assert sent < 16 * 1024 * 1024 < size // 100  # what the socket buffers took, no more
+    assert server.count("GET", "*.safetensors") == 2  # not retried
+
+
+def test_wrong_content_range_is_refused(hub: Any, run: Any, tmp_path: Path) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.wrong_content_range(shift=3, path="*.safetensors")
+    with pytest.raises(RangeMismatchError, match="Content-Range 'bytes 3-"):
+        open_source(f"org/single@{spec.sha}")
+    server.wrong_content_range(shift=3, path="*.safetensors")
+    result = run("audit", f"org/single@{spec.sha}")
+    assert result.exit_code == 3 and "server answered Content-Range" in result.stderr
+
+
+def test_truncated_body_is_retried_then_refused(hub: Any, run: Any, tmp_path: Path) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.truncate(keep_bytes=100, path="*.safetensors")
+    assert open_source(f"org/single@{spec.sha}").shards[0].tensors
+    assert server.count("GET", "*.safetensors") == 2
+    server.truncate(keep_bytes=100, path="*.safetensors", count=None)
+    result = run("audit", f"org/single@{spec.sha}")
+    assert result.exit_code == 3
+    assert "connection failed (RemoteProtocolError" in result.stderr
+    assert "4 times; giving up" in result.stderr
+
+
+def test_gated_repo_names_hf_token_and_works_with_it(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    spec = RepoSpec.from_folder("org/gated", single(tmp_path), gated=True, token=TOKEN)
+    hub(spec)
+    refused = run("audit", "org/gated")
+    assert refused.exit_code == 3
+    assert "org/gated is gated or private" in refused.stderr and "HF_TOKEN" in refused.stderr
+    monkeypatch.setenv("HF_TOKEN", "hf_wrongToken")
+    wrong = run("audit", "org/gated")
+    assert wrong.exit_code == 3 and "(HTTP 403)" in wrong.stderr
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    allowed = run("audit", "org/gated", "--format", "json")
+    assert allowed.exit_code in (0, 1), allowed.stderr
+    assert json.loads(allowed.stdout)["source"]["revision"] == spec.sha
+    for result in (refused, wrong, allowed):
+        assert TOKEN not in quiet(result)
+
+
+def test_private_repo_without_token(hub: Any, run: Any, tmp_path: Path) -> None:
+    hub(RepoSpec.from_folder("org/private", single(tmp_path), private=True, token=TOKEN))
+    result = run("audit", "org/private")
+    assert result.exit_code == 3
+    assert "was not found, or it is private or gated (HTTP 401)" in result.stderr
+    assert "HF_TOKEN" in result.stderr
+
+
+def test_not_found_says_which(hub: Any, run: Any, tmp_path: Path) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    repo = run("audit", "org/missing")
+    assert repo.exit_code == 3 and "repository org/missing does not exist" in repo.stderr
+    revision = run("audit", "org/single@nope")
+    assert revision.exit_code == 3
+    assert "revision 'nope' does not exist in org/single" in revision.stderr
+    # a document first (once downloaded, the Hub cache would answer for it)
+    server.fail(404, path="*/hf_quant_config.json", count=None)
+    document = run("audit", f"org/single@{spec.sha}")
+    assert document.exit_code == 3
+    assert f"file 'hf_quant_config.json' is not in org/single@{spec.sha}" in document.stderr
+    server.clear_faults()
+    server.fail(404, path="*/model.safetensors", count=None)
+    file = run("audit", f"org/single@{spec.sha}")
+    assert file.exit_code == 3
+    assert f"file 'model.safetensors' is not in org/single@{spec.sha}" in file.stderr
+
+
+def test_token_is_never_printed(hub: Any, run: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec, RepoSpec.from_folder("org/gated", single(tmp_path), gated=True))
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    results = [
+        run("audit", "org/single"),
+        run("audit", "org/single", "--format", "json"),
+        run("manifest", "org/single", "-o", tmp_path / "m.json"),
+        run("audit", "org/gated"),
+        run("audit", "org/missing"),
+        run("audit", "org/single@nope"),
+    ]
+    server.fail(503, count=None)
+    results.append(run("audit", "org/single@" + spec.sha))
+    server.clear_faults()
+    server.reset_connection(count=None)
+    results.append(run("audit", "org/single@" + spec.sha))
+    assert [r.exit_code for r in results][3:] == [3] * 5
+    assert sum(r.authorization for r in server.records) > 0  # the token was sent...
+    for result in results:
+        assert TOKEN not in quiet(result)  # ...and never shown
+
+
+def test_offline_audits_from_the_cache(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    spec = RepoSpec.from_folder("org/sharded", sharded(tmp_path))
+    server = hub(spec)
+    online = run("audit", "org/sharded", "--format", "json")
+    server.reset_counters()
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    pinned = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    branch = run("audit", "org/sharded", "--format", "json")
+    assert server.request_count == 0
+    assert json.loads(pinned.stdout) | {"source": None} == json.loads(online.stdout) | {
+        "source": None
+    }
+    assert json.loads(branch.stdout) == json.loads(online.stdout)
+    assert f"qarm: resolved main -> {spec.sha}" in branch.stderr
+    never = run("audit", "org/other@" + "b" * 40)
+    assert never.exit_code == 3
+    assert "HF_HUB_OFFLINE is set and no headers of org/other@bbbb" in never.stderr
+    unresolved = run("audit", "org/other@dev")
+    assert unresolved.exit_code == 3 and "was never resolved online" in unresolved.stderr
+    snapshot = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha
+    (snapshot / "hf_quant_config.json").unlink()
+    evicted = run("audit", f"org/sharded@{spec.sha}")
+    assert evicted.exit_code == 3
+    assert "hf_quant_config.json of org/sharded@" in evicted.stderr
+    assert "is not in the Hub cache" in evicted.stderr
+    with pytest.raises(HubOfflineError):
+        open_source(f"org/sharded@{spec.sha}")
+
+
+# -- the benchmark -------------------------------------------------------------------------
+
+
+def test_bench_runs_at_a_tiny_size(monkeypatch: Any) -> None:
+    path = Path(__file__).resolve().parent.parent / "bench" / "hub_bench.py"
+    loader = importlib.util.spec_from_file_location("hub_bench", path)
+    assert loader is not None and loader.loader is not None
+    bench = importlib.util.module_from_spec(loader)
+    monkeypatch.setitem(sys.modules, "hub_bench", bench)
+    loader.loader.exec_module(bench)
+    out = io.StringIO()
+    result = bench.bench(shards=3, layers=3, experts=2, latency=0.01, in_process=True, out=out)
+    assert result["shards"] == 3
+    assert result["bytes_ratio"] <= 1.05
+    assert result["qarm"]["round_trips"] <= result["round_trip_floor"] + 3
+    assert "round trips" in out.getvalue()
