@@ -58,7 +58,7 @@ def test_manifest_bytes_are_deterministic_and_one_tensor_per_line(tmp_path: Path
     a = render_manifest(open_source(str(folder)))
     b = render_manifest(open_source(str(folder)))
     assert a == b
-    rows = [line for line in a.splitlines() if line.startswith('  ["')]
+    rows = [line for line in a.splitlines() if line.startswith('  "') and "\\t" in line]
     assert len(rows) == sum(len(s.tensors) for s in open_source(str(folder)).shards)
     assert str(tmp_path) not in a
 
@@ -94,9 +94,9 @@ def test_committed_manifests_round_trip() -> None:
 @pytest.mark.parametrize(
     ("mutate", "error", "message"),
     [
-        (lambda d: d.update(format="qarm-manifest/99"), ManifestError, "not a qarm-manifest/1"),
+        (lambda d: d.update(format="qarm-manifest/99"), ManifestError, "not a qarm-manifest/2"),
         (
-            lambda d: d["shards"][0]["tensors"].append(["x", "F32", [-1], 0, 4]),
+            lambda d: d["shards"][0]["tensors"].append(["x", "F32", [-1]]),
             ManifestError,
             "malformed tensor row",
         ),

@@ -118,13 +118,13 @@ def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> Sha
     ):
         raise HeaderError(file, "__metadata__ must map strings to strings")
     entries = [_entry(name, value, file) for name, value in document.items()]
-    validate_layout(entries, data_length=size - 8 - header_length, where=file)
+    ordered = validate_layout(entries, data_length=size - 8 - header_length, where=file)
     return ShardHeader(
         file=file,
         size=size,
         header_length=header_length,
         metadata=metadata,
-        tensors=tuple(entries),
+        tensors=tuple(ordered),
     )
 
 
@@ -166,9 +166,11 @@ def expected_nbytes(entry: TensorEntry, where: str) -> int:
     return total_bits // 8
 
 
-def validate_layout(entries: Iterable[TensorEntry], *, data_length: int, where: str) -> None:
+def validate_layout(
+    entries: Iterable[TensorEntry], *, data_length: int, where: str
+) -> list[TensorEntry]:
     """Sizes match dtype x shape; offsets run from 0 with no overlap or hole and fill the file."""
-    ordered = sorted(entries, key=lambda e: (e.begin, e.end))
+    ordered = sorted(entries, key=lambda e: (e.begin, e.end, e.name))
     cursor = 0
     for entry in ordered:
         if entry.end < entry.begin:
@@ -193,3 +195,4 @@ def validate_layout(entries: Iterable[TensorEntry], *, data_length: int, where: 
             f"tensors end at byte {cursor} of the data but the file holds {data_length} data "
             f"bytes (8 + header + data must equal the file size)",
         )
+    return ordered

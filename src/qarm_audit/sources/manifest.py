@@ -2,7 +2,7 @@
 
 Layout (JSON, one tensor per line, documents as lists of lines so reviews diff line by line)::
 
-    {"format": "qarm-manifest/1",
+    {"format": "qarm-manifest/2",
      "origin": {"repo": ..., "revision": ...},
      "documents": {"config.json": ["{", "  ...", "}", ""]},
      "index": ["{", ...] or null,
@@ -10,8 +10,12 @@ Layout (JSON, one tensor per line, documents as lists of lines so reviews diff l
       {"file": ..., "size": ..., "header_length": ..., "metadata": {...} or null,
        "remote_sha256": ... or null,
        "tensors": [
-        ["name", "DTYPE", [shape], begin, end],
+        "name\tDTYPE\tdim,dim",
         ...]}]}
+
+Tensor rows are listed in data order; each one's ``data_offsets`` follow from the sizes before
+it, because a valid shard's data is contiguous from 0 (checked before any manifest is written).
+A row whose name holds a tab is written as ``["name", "DTYPE", [dims]]`` instead.
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ import gzip
 import json
 import os
 import tempfile
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 from ..errors import FetchError, HeaderError, ManifestError
 from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
-from .header import MAX_DIM, loads_strict, validate_layout
+from .header import DTYPE_BITS, MAX_DIM, loads_strict
 from .index import check_shard_name
 
-FORMAT = "qarm-manifest/1"
+FORMAT = "qarm-manifest/2"
 MANIFEST_CAP = 2 * 1024 * 1024 * 1024
 
 
@@ -36,8 +41,33 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True, separators=(", ", ": "))
 
 
+def _string_list(items: list[str]) -> str:
+    """A JSON list of strings, one per line. ``", "`` occurs in the compact encoding only
+    between two elements (a quote inside a string is always escaped), so splitting there is
+    exact, and the whole list is encoded in C."""
+    return json.dumps(items, ensure_ascii=True).replace('", "', '",\n  "')
+
+
 def _lines(text: str) -> str:
-    return "[" + ",\n  ".join(_dump(line) for line in text.split("\n")) + "]"
+    return _string_list(text.split("\n"))
+
+
+def _row(entry: TensorEntry) -> str | list[object]:
+    if "\t" in entry.name:
+        return [entry.name, entry.dtype, list(entry.shape)]
+    return f"{entry.name}\t{entry.dtype}\t{','.join(map(str, entry.shape))}"
+
+
+def _rows(tensors: tuple[TensorEntry, ...]) -> str:
+    """``[`` then one row per line, each indented by two spaces, then `` ]``."""
+    rows = [_row(t) for t in tensors]
+    if not rows:
+        return "[]"
+    if all(isinstance(r, str) for r in rows):
+        body = json.dumps(rows, ensure_ascii=True)[1:-1].replace('", "', '",\n  "')
+    else:
+        body = ",\n  ".join(_dump(r) for r in rows)
+    return "[\n  " + body + "\n ]"
 
 
 def render_manifest(checkpoint: Checkpoint) -> str:
@@ -60,14 +90,15 @@ def render_manifest(checkpoint: Checkpoint) -> str:
             "metadata": shard.metadata,
             "remote_sha256": shard.remote_sha256,
         }
-        out.append(" " + _dump(head)[:-1] + ', "tensors": [')
-        rows = [
-            "  " + _dump([t.name, t.dtype, list(t.shape), t.begin, t.end]) for t in shard.tensors
-        ]
-        out.append(",\n".join(rows))
-        out.append(" ]}" + ("," if s < len(checkpoint.shards) - 1 else ""))
+        ordered = tuple(sorted(shard.tensors, key=_data_order))
+        comma = "," if s < len(checkpoint.shards) - 1 else ""
+        out.append(" " + _dump(head)[:-1] + ', "tensors": ' + _rows(ordered) + "}" + comma)
     out.append("]}")
     return "\n".join(out) + "\n"
+
+
+def _data_order(entry: TensorEntry) -> tuple[int, int, str]:
+    return entry.begin, entry.end, entry.name
 
 
 def write_manifest(checkpoint: Checkpoint, path: Path, *, force: bool = False) -> bool:
@@ -119,7 +150,7 @@ def read_manifest(path: Path, location: str) -> Checkpoint:
 
 
 def _text(value: Any, where: str) -> str:
-    if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
+    if not isinstance(value, list) or not set(map(type, value)) <= {str}:
         raise ManifestError(where, "document must be a list of lines")
     return "\n".join(value)
 
@@ -177,28 +208,97 @@ def _shard(raw: Any, location: str) -> ShardHeader:
     rows = raw.get("tensors")
     if not isinstance(rows, list):
         raise ManifestError(where, "tensors must be a list")
-    entries = []
-    for row in rows:
-        if (
-            not isinstance(row, list)
-            or len(row) != 5
-            or not isinstance(row[0], str)
-            or not isinstance(row[1], str)
-            or not isinstance(row[2], list)
-            or not all(type(d) is int and 0 <= d < MAX_DIM for d in row[2])
-            or not all(type(o) is int and o >= 0 for o in row[3:])
-        ):
-            raise ManifestError(where, f"malformed tensor row {str(row)[:120]}")
-        entries.append(TensorEntry(row[0], row[1], tuple(row[2]), row[3], row[4]))
-    names = {e.name for e in entries}
-    if len(names) != len(entries):
+    names, dtypes, shapes = _columns(rows, where)
+    if len(set(names)) != len(names):
         raise ManifestError(where, "a tensor name appears twice in one shard")
-    validate_layout(entries, data_length=size - 8 - length, where=where)
+    sizes = _sizes(dtypes, shapes, names, where)
+    ends = list(accumulate(sizes))
+    data_length = size - 8 - length
+    if (ends[-1] if ends else 0) != data_length:
+        raise HeaderError(
+            where,
+            f"tensors hold {ends[-1] if ends else 0} bytes but the file holds {data_length} data "
+            "bytes (8 + header + data must equal the file size)",
+        )
+    begins = [0, *ends[:-1]] if ends else []
+    entries = tuple(map(TensorEntry._make, zip(names, dtypes, shapes, begins, ends, strict=True)))
     return ShardHeader(
         file=file,
         size=size,
         header_length=length,
         metadata=metadata,
-        tensors=tuple(entries),
+        tensors=entries,
         remote_sha256=sha,
     )
+
+
+def _columns(rows: list[Any], where: str) -> tuple[list[str], list[str], list[tuple[int, ...]]]:
+    """Names, dtypes and shapes of a shard's rows; column-wise, so a million rows stay cheap."""
+    if not rows:
+        return [], [], []
+    if set(map(type, rows)) <= {str}:
+        parts = "\t".join(rows).split("\t")
+        if len(parts) != 3 * len(rows):
+            bad = next(r for r in rows if r.count("\t") != 2)
+            raise ManifestError(where, f"malformed tensor row {bad[:120]!r}")
+        names, dtypes, shape_texts = parts[0::3], parts[1::3], parts[2::3]
+        parsed = {text: _shape(text, where) for text in set(shape_texts)}
+        return names, dtypes, [parsed[text] for text in shape_texts]
+    names, dtypes, shapes = [], [], []
+    for row in rows:
+        if isinstance(row, str):
+            fields = row.split("\t")
+            if len(fields) != 3:
+                raise ManifestError(where, f"malformed tensor row {row[:120]!r}")
+            names.append(fields[0])
+            dtypes.append(fields[1])
+            shapes.append(_shape(fields[2], where))
+        elif (
+            isinstance(row, list)
+            and len(row) == 3
+            and isinstance(row[0], str)
+            and isinstance(row[1], str)
+            and isinstance(row[2], list)
+            and all(type(d) is int and 0 <= d < MAX_DIM for d in row[2])
+        ):
+            names.append(row[0])
+            dtypes.append(row[1])
+            shapes.append(tuple(row[2]))
+        else:
+            raise ManifestError(where, f"malformed tensor row {str(row)[:120]}")
+    return names, dtypes, shapes
+
+
+def _shape(text: str, where: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    dims = text.split(",")
+    if not all(d.isascii() and d.isdigit() and len(d) < 17 for d in dims):
+        raise ManifestError(where, f"malformed shape {text[:60]!r}")
+    shape = tuple(int(d) for d in dims)
+    if any(d >= MAX_DIM for d in shape):
+        raise ManifestError(where, f"shape {text[:60]!r} has a dimension beyond any real file")
+    return shape
+
+
+def _sizes(
+    dtypes: list[str], shapes: list[tuple[int, ...]], names: list[str], where: str
+) -> list[int]:
+    """Bytes per tensor, computed once per distinct (dtype, shape)."""
+    table: dict[tuple[str, tuple[int, ...]], int] = {}
+    for key in set(zip(dtypes, shapes, strict=True)):
+        dtype, shape = key
+        bits = DTYPE_BITS.get(dtype)
+        if bits is None:
+            name = names[dtypes.index(dtype)]
+            raise HeaderError(where, f"tensor {name!r}: unknown dtype {dtype!r}")
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        if numel * bits % 8:
+            name = next(n for n, d, s in zip(names, dtypes, shapes, strict=True) if (d, s) == key)
+            raise HeaderError(
+                where, f"tensor {name!r}: {numel} elements of {dtype} do not end on a byte"
+            )
+        table[key] = numel * bits // 8
+    return [table[key] for key in zip(dtypes, shapes, strict=True)]
