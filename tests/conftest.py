@@ -197,6 +197,7 @@ def _quiet_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("QARM_DEBUG", raising=False)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
 
 REPO = Path(__file__).resolve().parent.parent

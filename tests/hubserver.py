@@ -59,6 +59,7 @@ import math
 import os
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -136,6 +137,7 @@ FaultKind = Literal[
     "truncate",  # send `keep_bytes` (default: half) of the body, then close
     "wrong_range",  # answer a Range request 206 with a range shifted by `shift`
     "ignore_range",  # answer a Range request 200 with the whole file
+    "oversize_range",  # answer a Range request 206 with the asked Content-Range, `extra` bytes more
     "gated",  # answer 401 X-Error-Code: GatedRepo whatever the token
 ]
 
@@ -147,8 +149,8 @@ class Fault:
     """A fault applied to the first ``count`` requests matching ``path``/``method``.
 
     ``count=None`` applies it to every matching request. ``hits`` counts how many
-    times it was applied. ``wrong_range``/``ignore_range`` only match GETs of a
-    file with a ``Range`` header; ``truncate`` only matches responses with a
+    times it was applied. ``wrong_range``/``ignore_range``/``oversize_range`` only
+    match GETs of a file with a ``Range`` header; ``truncate`` only matches responses with a
     non-empty body (not HEAD). Several ``latency`` faults add up; among the other
     kinds the first matching fault (in insertion order) wins.
     """
@@ -162,6 +164,7 @@ class Fault:
     retry_after: int | None = 1
     keep_bytes: int | None = None
     shift: int = 1
+    extra: int = 1
     hits: int = 0
 
     @property
@@ -527,6 +530,13 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, hub: HubServer) -> None:
         self.hub = hub
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-answer (as qarm does on an ignored Range) is expected:
+        say nothing, rather than print into whatever stderr the client's test is capturing."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -1084,12 +1094,20 @@ class _Router:
         start, end = parsed  # inclusive end
         url_path = urllib.parse.unquote(self.raw_path)
         fault = next(
-            iter(self.hub._take_faults({"ignore_range", "wrong_range"}, self.method, url_path)),
+            iter(
+                self.hub._take_faults(
+                    {"ignore_range", "wrong_range", "oversize_range"}, self.method, url_path
+                )
+            ),
             None,
         )
         if fault is not None and fault.kind == "ignore_range":
             self.range_fault = "ignore_range"
             return _Response(200, headers, blob=blob, start=0, stop=size)
+        if fault is not None and fault.kind == "oversize_range":
+            self.range_fault = "oversize_range"
+            headers.append(("Content-Range", f"bytes {start}-{end}/{size}"))
+            return _Response(206, headers, blob.read(start, end + 1) + bytes(fault.extra))
         if fault is not None and fault.kind == "wrong_range":
             self.range_fault = "wrong_range"
             start, end = _shift_range(start, end, size, fault.shift)
@@ -1360,6 +1378,13 @@ class HubServer:
     ) -> Fault:
         return self.add_fault(
             Fault("wrong_range", path=path, method=method, count=count, shift=shift)
+        )
+
+    def oversize_range(
+        self, extra: int = 1, *, path: str = "*", method: str | None = None, count: int | None = 1
+    ) -> Fault:
+        return self.add_fault(
+            Fault("oversize_range", path=path, method=method, count=count, extra=extra)
         )
 
     def ignore_range(

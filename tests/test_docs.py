@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import REPO
 from qarm_audit.findings import CODES
 
@@ -21,3 +23,71 @@ def test_readme_opens_with_the_two_commands() -> None:
     ]
     assert (REPO / "fixtures" / "manifests" / "seed-nvfp4-w4a4.manifest.json").is_file()
     assert "python -m pytest" in (REPO / ".ci" / "run").read_text()
+
+
+def _fenced(text: str, first_line: str) -> list[str]:
+    """The lines of the fenced block whose first line is ``first_line`` (without it)."""
+    lines = text.splitlines()
+    start = lines.index(first_line)
+    assert lines[start - 1].startswith("```")
+    end = lines.index("```", start)
+    return lines[start + 1 : end]
+
+
+def _help(*args: str) -> list[str]:
+    from click.testing import CliRunner
+
+    from qarm_audit.cli import cli
+
+    result = CliRunner().invoke(cli, list(args), prog_name="qarm", terminal_width=80)
+    assert result.exit_code == 0, result.output
+    return [line.rstrip() for line in result.output.rstrip("\n").splitlines()]
+
+
+def test_readme_help_blocks_match_the_real_help() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert _fenced(readme, "$ qarm --help") == _help("--help")
+    assert _fenced(readme, "$ qarm audit --help") == _help("audit", "--help")
+
+
+def test_shell_completion_script_as_documented() -> None:
+    from click.testing import CliRunner
+
+    from qarm_audit.cli import cli
+
+    assert "_QARM_COMPLETE=bash_source qarm" in (REPO / "docs" / "quickstart.md").read_text()
+    result = CliRunner().invoke(
+        cli, [], prog_name="qarm", env={"_QARM_COMPLETE": "bash_source"}, catch_exceptions=False
+    )
+    assert result.exit_code == 0
+    assert "_qarm_completion" in result.output and "complete " in result.output
+
+
+def test_python_api_example_runs_and_names_only_exported_things(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import re
+
+    import qarm_audit
+
+    text = (REPO / "docs" / "quickstart.md").read_text()
+    section = text[text.index("## Python API") :]
+    example = section[section.index("```python\n") + len("```python\n") :]
+    example = example[: example.index("```")]
+    imported = re.findall(r"^from qarm_audit import (.+)$", example, re.M)
+    names = {n.strip() for line in imported for n in line.split(",")}
+    assert names and names <= set(qarm_audit.__all__)
+    namespace: dict[str, object] = {}
+    monkeypatch.chdir(REPO)
+    exec(compile(example, "quickstart.md", "exec"), namespace)  # runs as written, from the root
+    for name in ("audit", "diff", "explain", "Report", "ExitCode", "QarmError"):
+        assert name in qarm_audit.__all__
+
+
+def test_json_doc_names_every_report_field() -> None:
+    from qarm_audit.report.model import SCHEMA_VERSION, Report
+
+    text = (REPO / "docs" / "json.md").read_text()
+    assert f'"{SCHEMA_VERSION}"' in text
+    missing = [field for field in Report.model_fields if f"`{field}`" not in text]
+    assert missing == []

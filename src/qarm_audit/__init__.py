@@ -1,11 +1,37 @@
-"""qarm-audit: check a quantized checkpoint's declaration against the tensors it ships."""
+"""qarm-audit: check a quantized checkpoint's declaration against the tensors it ships.
+
+The typed library API (``py.typed``)::
+
+    from qarm_audit import audit
+
+    report = audit("fixtures/manifests/seed-mtp-w4a16.manifest.json", engine="vllm")
+    print(report.verdict, [r.code for r in report.warnings])
+
+``audit``, ``diff`` and ``explain`` return pydantic models (``Report``, ``DiffReport``,
+``Explanation``); every error they raise on purpose is a ``QarmError`` carrying the ``ExitCode``
+the command line maps it to.
+"""
 
 from __future__ import annotations
 
 from .audit import audit
+from .diff import DiffReport, diff
 from .errors import ExitCode, QarmError
+from .explain import Explanation, explain
+from .policy import IgnoreRule
 from .report.model import Report
 
 __version__ = "0.1.0"
 
-__all__ = ["ExitCode", "QarmError", "Report", "__version__", "audit"]
+__all__ = [
+    "DiffReport",
+    "ExitCode",
+    "Explanation",
+    "IgnoreRule",
+    "QarmError",
+    "Report",
+    "__version__",
+    "audit",
+    "diff",
+    "explain",
+]

@@ -188,8 +188,12 @@ class Decider:
         )
         self._contains = sorted({s for r in self.profile.rules for s in r.module_contains or ()})
 
+    def marks(self, module: str) -> tuple[bool, ...]:
+        """Which of the profile's ``module_contains`` strings the name holds."""
+        return tuple(s in module for s in self._contains)
+
     def decide(self, view: View, cap: int | None) -> ArmDecision:
-        marks = tuple(s in view.module for s in self._contains)
+        marks = self.marks(view.module)
         key = (view.model_copy(update={"module": ""}), marks, cap)
         hit = self._cache.get(key)
         if hit is None:
@@ -285,21 +289,27 @@ def arm_rows(
         return _declaration_rows(decider, declaration)
     groups: dict[tuple[str, ArmDecision, str | None], list[ModuleInfo]] = {}
     findings: list[Finding] = []
+    # Modules alike but for their names (a MoE's experts) share one view and one decision.
+    seen: dict[tuple[object, ...], tuple[str, list[Outcome]]] = {}
     for name, info in modules.items():
         membership = memberships[name]
         spelling = spellings.get(name)
         if not membership.declared_quantized or spelling is None or info.kind != "linear":
             continue
-        scheme = _scheme_of(declaration, membership)
-        view = make_view(
-            declaration,
-            scheme,
-            routing=routing,
-            module=name,
-            shipped=spelling,
-            operands=info.operands,
-        )
-        for outcome in decider.outcomes(view):
+        key = (membership.bucket, spelling, info.layout, decider.marks(name))
+        known = seen.get(key)
+        if known is None:
+            view = make_view(
+                declaration,
+                _scheme_of(declaration, membership),
+                routing=routing,
+                module=name,
+                shipped=spelling,
+                operands=info.operands,
+            )
+            known = seen[key] = (view.declared_algo, decider.outcomes(view))
+        declared_algo, outcomes = known
+        for outcome in outcomes:
             decision = outcome.decision
             groups.setdefault((membership.bucket, decision, outcome.gpu), []).append(info)
             if decision.executed == "none" and name not in refused and outcome.total:
@@ -309,7 +319,7 @@ def arm_rows(
                         "no-arm",
                         f"{name} is declared {membership.bucket} ({decision.declared}); engine "
                         f"profile {profile.label} has no arm for it{where}: {decision.reason}"
-                        + _error_text(decision, view.declared_algo, outcome.gpu),
+                        + _error_text(decision, declared_algo, outcome.gpu),
                         module=name,
                         tensor=info.weight.name if info.weight else "",
                     )

@@ -15,10 +15,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from . import __version__
 from .audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
-from .engines.profile import BUILTIN
+from .engines.profile import BUILTIN, load_profile
 from .errors import ExitCode, QarmError, UsageError
-from .report import FORMATS, json_schema, render_json, render_markdown, verdict_line
+from .policy import load_config_file, load_config_ignores, parse_cli_ignores
+from .report import (
+    FORMATS,
+    json_schema,
+    render_github,
+    render_json,
+    render_markdown,
+    verdict_line,
+)
 from .report.model import Report
+from .report.render_github import render_github_error
 from .report.render_table import render_table
 from .sources import open_source, write_manifest
 
@@ -83,9 +92,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except QarmError as exc:
-            if os.environ.get("QARM_DEBUG") == "1":
-                traceback.print_exc()
-            click.echo(f"qarm: error: {exc}", err=True)
+            _print_error(exc)
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
@@ -106,8 +113,8 @@ def cli() -> None:
     """Audit a quantized checkpoint's declaration against the tensors it ships."""
 
 
-@cli.command("audit")
-@click.argument("source")
+@cli.command("audit", short_help="Audit checkpoints: the declaration against the shipped tensors.")
+@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True)
 @click.option(
     "-f",
     "--format",
@@ -115,7 +122,7 @@ def cli() -> None:
     type=click.Choice(FORMATS),
     default="table",
     show_default=True,
-    help="Report format.",
+    help="Report format. github: workflow-command annotations for GitHub Actions.",
 )
 @click.option(
     "-o",
@@ -165,8 +172,30 @@ def cli() -> None:
     is_flag=True,
     help="Also read the scalar scale tensors (at most 64 elements each) and judge their values.",
 )
+@click.option(
+    "--map",
+    "show_map",
+    is_flag=True,
+    help="Add the scheme map: one letter per module, layers by projection kind "
+    "(table, markdown and the job summary).",
+)
+@click.option(
+    "--ignore",
+    "ignore_specs",
+    multiple=True,
+    metavar="CODE[:MODULE-PATTERN]",
+    help="Move the findings of CODE (on modules matching the fnmatch pattern) to the ignored "
+    "list (repeatable); needs --ignore-reason.",
+)
+@click.option("--ignore-reason", metavar="TEXT", help="Why the --ignore findings are accepted.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read [[ignore]] rules from this file instead of ./qarm.toml or ./pyproject.toml.",
+)
 def audit_command(
-    source: str,
+    sources: tuple[str, ...],
     fmt: str,
     output: Path | None,
     engine: str,
@@ -176,46 +205,118 @@ def audit_command(
     fail_on: str,
     require_pinned: bool,
     probe_scalars: bool,
+    show_map: bool,
+    ignore_specs: tuple[str, ...],
+    ignore_reason: str | None,
+    config_file: Path | None,
 ) -> None:
-    """Audit SOURCE: a folder, a manifest, a declaration file, or owner/name@revision.
+    """Audit each SOURCE: a folder, a manifest, a declaration file, or owner/name@revision.
+
+    Several sources are audited in turn (one JSON array with -f json); the exit code is the
+    worst. Ignores come from --ignore, --config, or ./qarm.toml or ./pyproject.toml. With
+    GITHUB_STEP_SUMMARY set, the markdown report is also appended to that file.
 
     Exit codes: 0 clean, 1 refusals (or warnings with --fail-on warning), 2 usage or bad
     input, 3 could not audit (I/O, network).
     """
-    report = audit(
-        source,
-        engine=engine,
-        env=_parse_env(env_pairs),
-        gpu=gpu,
-        require_pinned=require_pinned,
-        observer=_HubStderr(bar=fmt != "json" and sys.stderr.isatty()),
-        probe_scalars=probe_scalars,
-        routing=routing,
-    )
+    if ignore_reason and not ignore_specs:
+        raise UsageError("--ignore-reason", "given without --ignore")
+    rules = [
+        *(load_config_file(config_file) if config_file else load_config_ignores(Path.cwd())),
+        *parse_cli_ignores(ignore_specs, ignore_reason),
+    ]
+    profile = load_profile(engine)
+    env = _parse_env(env_pairs)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    to_terminal = fmt == "table" and output is None
+    texts: list[str] = []
+    reports: list[Report] = []
+    worst = ExitCode.CLEAN
+    for n, source in enumerate(sources):
+        try:
+            report = audit(
+                source,
+                engine=profile,
+                env=env,
+                gpu=gpu,
+                require_pinned=require_pinned,
+                observer=_HubStderr(bar=fmt not in ("json", "github") and sys.stderr.isatty()),
+                probe_scalars=probe_scalars,
+                routing=routing,
+                ignores=rules,
+            )
+        except UsageError:
+            raise
+        except QarmError as exc:
+            if fmt == "github" and output is None:
+                click.echo(render_github_error(str(exc)), nl=False)
+            if len(sources) == 1:
+                raise
+            _print_error(exc)
+            worst = max(worst, exc.exit_code)
+            continue
+        reports.append(report)
+        worst = max(worst, exit_code_for(report, fail_on))
+        if to_terminal:
+            if n:
+                click.echo()
+            render_table(report, Console(), scheme_map=show_map)
+        elif fmt != "json":
+            texts.append(_render(report, fmt, show_map))
+        if not to_terminal:
+            click.echo(verdict_line(report), err=True)
+        if summary:
+            _append_summary(Path(summary), render_markdown(report, scheme_map=show_map))
     if fmt == "json":
-        text = render_json(report)
-    elif fmt == "markdown":
-        text = render_markdown(report)
-    else:
-        text = ""
-    if output is not None:
-        if fmt == "table":
-            from io import StringIO
-
-            buffer = StringIO()
-            render_table(report, Console(file=buffer, width=120, color_system=None))
-            text = buffer.getvalue()
-        output.write_text(text, encoding="utf-8")
-    elif fmt == "table":
-        render_table(report, Console())
-    else:
-        click.echo(text, nl=False)
-    if fmt != "table" or output is not None:
-        click.echo(verdict_line(report), err=True)
-    click.get_current_context().exit(exit_code_for(report, fail_on))
+        if len(sources) == 1:
+            texts = [render_json(reports[0])] if reports else []
+        else:
+            texts = [_json_array(reports)]
+    if not to_terminal:
+        text = ("\n" if fmt in ("table", "markdown") else "").join(texts)
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+        else:
+            click.echo(text, nl=False)
+    click.get_current_context().exit(worst)
 
 
-@cli.command("manifest")
+def _render(report: Report, fmt: str, show_map: bool) -> str:
+    if fmt == "markdown":
+        return render_markdown(report, scheme_map=show_map)
+    if fmt == "github":
+        return render_github(report)
+    from io import StringIO
+
+    buffer = StringIO()
+    render_table(report, Console(file=buffer, width=120, color_system=None), scheme_map=show_map)
+    return buffer.getvalue()
+
+
+def _json_array(reports: list[Report]) -> str:
+    """Several sources: one JSON array of reports, each exactly as ``render_json`` writes it."""
+    if not reports:
+        return "[]\n"
+    items = [render_json(r).rstrip("\n") for r in reports]
+    return "[\n" + ",\n".join(items) + "\n]\n"
+
+
+def _print_error(exc: QarmError) -> None:
+    if os.environ.get("QARM_DEBUG") == "1":
+        traceback.print_exc()
+    click.echo(f"qarm: error: {exc}", err=True)
+
+
+def _append_summary(path: Path, markdown: str) -> None:
+    """GitHub Actions' job summary: the markdown report is appended, whatever the format."""
+    try:
+        with path.open("a", encoding="utf-8") as file:
+            file.write(markdown + "\n")
+    except OSError as exc:
+        click.echo(f"qarm: warning: cannot append to GITHUB_STEP_SUMMARY {path}: {exc}", err=True)
+
+
+@cli.command("manifest", short_help="Capture a header-only manifest of SOURCE.")
 @click.argument("source")
 @click.option(
     "-o",
@@ -244,7 +345,7 @@ def manifest_command(source: str, output: Path, force: bool, require_pinned: boo
     click.echo(f"{state} {output}: {tensors} tensors in {len(checkpoint.shards)} shards", err=True)
 
 
-@cli.command("schema")
+@cli.command("schema", short_help="Print the JSON schema of audit --format json.")
 def schema_command() -> None:
     """Print the JSON schema of ``qarm audit --format json``."""
     click.echo(json_schema(), nl=False)
@@ -314,7 +415,7 @@ def _engine_options(function: _Command) -> _Command:
     return function
 
 
-@cli.command("diff")
+@cli.command("diff", short_help="Compare two checkpoints: names, dtypes, shapes, declarations.")
 @click.argument("a")
 @click.argument("b")
 @click.option(
@@ -366,7 +467,7 @@ def diff_command(
     click.get_current_context().exit(ExitCode.CLEAN if report.identical else ExitCode.FINDINGS)
 
 
-@cli.command("explain")
+@cli.command("explain", short_help="Explain how one module or tensor of SOURCE resolves.")
 @click.argument("source")
 @click.argument("name")
 @click.option(

@@ -270,7 +270,7 @@ def _signature(info: ModuleInfo, membership: Membership) -> tuple[object, ...]:
         membership.bucket,
         membership.how,
         info.kind,
-        tuple(sorted((op, e.dtype, e.shape) for op, e in info.operands.items())),
+        info.layout or tuple((op, e.dtype, e.shape) for op, e in info.operands.items()),
     )
 
 

@@ -126,6 +126,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.INFO,
         "--probe-scalars was asked and the source holds no tensor bytes to read",
     ),
+    # policy
+    "ignore-unmatched": (
+        Severity.INFO,
+        "an ignore rule (qarm.toml, pyproject.toml or --ignore) matched no finding",
+    ),
     # integrity
     "index-total-size": (
         Severity.WARNING,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 
-from .operands import KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES, split_name
+from .operands import KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
 from .sources.checkpoint import TensorEntry
 
 FUSED_SHARDS: dict[str, tuple[str, ...]] = {
@@ -23,7 +24,7 @@ _EMBEDDING = re.compile(
 _EXPERT = re.compile(r"^(?P<experts>.*\.experts)\.\d+\.[^.]+$")
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleInfo:
     name: str
     operands: dict[str, TensorEntry] = field(default_factory=dict)
@@ -33,6 +34,9 @@ class ModuleInfo:
     """The module the engine builds for it: ``qkv_proj`` for ``q_proj``, ``experts`` for experts."""
     fused_shards: tuple[str, ...] = ()
     """For a shard of a fused module: every shard of that module present in the checkpoint."""
+    layout: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    """(operand, dtype, shape) in shipped order: equal for modules alike but for their names
+    (a MoE's experts), so every later pass can decide once per layout."""
 
     @property
     def weight(self) -> TensorEntry | None:
@@ -46,12 +50,16 @@ class ModuleInfo:
         return self.name.rpartition(".")[2]
 
 
+@cache
+def _is_embedding(leaf: str) -> bool:
+    return _EMBEDDING.search(leaf) is not None
+
+
 def infer_kind(module: str, operands: dict[str, TensorEntry]) -> str:
     """The module's class, as far as names and ranks tell: quantization operands imply a Linear."""
-    leaf = module.rpartition(".")[2]
-    if _EMBEDDING.search(leaf):
+    if _is_embedding(module.rpartition(".")[2]):
         return "embedding"
-    if any(op in QUANT_OPERANDS for op in operands):
+    if not QUANT_OPERANDS.keys().isdisjoint(operands):
         return "linear"
     weight = operands.get("weight")
     if weight is None:
@@ -64,16 +72,22 @@ def infer_kind(module: str, operands: dict[str, TensorEntry]) -> str:
 
 def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     """Group tensors by module; KV scales stay attached to the module that ships them."""
-    modules: dict[str, ModuleInfo] = {}
+    table: dict[str, dict[str, TensorEntry]] = {}
     for entry in tensors:
-        module, operand = split_name(entry.name)
-        info = modules.get(module)
-        if info is None:
-            info = modules[module] = ModuleInfo(module)
-        info.operands[operand] = entry
-    for info in modules.values():
-        plain = {k: v for k, v in info.operands.items() if k not in KV_OPERANDS}
-        info.kind = infer_kind(info.name, plain) if plain else "other"
+        module, _, operand = entry.name.rpartition(".")
+        operands = table.get(module)
+        if operands is None:
+            operands = table[module] = {}
+        operands[operand] = entry
+    modules: dict[str, ModuleInfo] = {}
+    for module, operands in table.items():
+        if KV_OPERANDS.isdisjoint(operands):
+            kind = infer_kind(module, operands)
+        else:
+            plain = {k: v for k, v in operands.items() if k not in KV_OPERANDS}
+            kind = infer_kind(module, plain) if plain else "other"
+        layout = tuple((op, e.dtype, e.shape) for op, e in operands.items())
+        modules[module] = ModuleInfo(module, operands, kind, layout=layout)
     assign_engine_names(modules)
     return modules
 

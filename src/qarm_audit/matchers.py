@@ -6,9 +6,13 @@ cannot. Each set compiles to one alternation; the deciding pattern is looked up 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import re
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from .errors import PatternError
 
@@ -36,6 +40,7 @@ class FirstMatch:
 
     def __init__(self, patterns: Sequence[str], where: str) -> None:
         self.patterns = list(patterns)
+        self.where = where
         self.compiled = [compile_user_regex(p, where) for p in self.patterns]
         self._any: re.Pattern[str] | None = None
         if self.patterns:
@@ -45,13 +50,108 @@ class FirstMatch:
                 self._any = None  # back-references across groups: fall back to the loop
 
     def first(self, name: str) -> int | None:
-        """Index of the first matching pattern, or None."""
+        """Index of the first matching pattern, or None (under :func:`regex_deadline`)."""
+        watch = _WATCH
+        if not watch.armed:
+            with regex_deadline():
+                if watch.armed:
+                    return self.first(name)
+                return self._first(name)  # no timer can be set here: unguarded
+        watch.serial += 1
+        watch.current = (self.where, self.patterns, name)
+        try:
+            return self._first(name)
+        finally:
+            watch.current = None
+
+    def _first(self, name: str) -> int | None:
         if self._any is not None and not self._any.match(name):
             return None
         for i, pattern in enumerate(self.compiled):
             if pattern.match(name):
                 return i
         return None
+
+
+MATCH_BUDGET = 1.0
+"""Seconds one name may take against a declaration's ``re:`` patterns before qarm refuses them."""
+
+TOTAL_BUDGET = 10.0
+"""Seconds all the ``re:`` matching of one :func:`regex_deadline` may take, summed."""
+
+TICK = 0.1
+"""Seconds between two looks of the watchdog at the match in progress."""
+
+
+class _Watch:
+    """The match in progress, for the watchdog (main thread only, hence no lock)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.serial = 0
+        self.current: tuple[str, list[str], str] | None = None
+        self.seen = -1
+        self.ticks = 0
+        self.total_ticks = 0
+
+    def tick(self, signum: int, frame: FrameType | None) -> None:
+        current = self.current
+        if current is None:
+            return
+        self.total_ticks += 1
+        if self.serial != self.seen:
+            self.seen, self.ticks = self.serial, 0
+        self.ticks += 1
+        slow = self.ticks * TICK >= MATCH_BUDGET
+        if slow or self.total_ticks * TICK >= TOTAL_BUDGET:
+            where, patterns, name = current
+            self.current = None
+            shown = name if len(name) <= 80 else name[:77] + "..."
+            spent = (
+                f"ran for more than {MATCH_BUDGET:g} s on the module name {shown!r}"
+                if slow
+                else f"ran for more than {TOTAL_BUDGET:g} s in all (last on {shown!r})"
+            )
+            listed = ", ".join(repr(p) for p in patterns)
+            raise PatternError(
+                where,
+                f"re: patterns {listed[:300]} {spent} (catastrophic backtracking); qarm stopped "
+                "them",
+            )
+
+
+_WATCH = _Watch()
+
+
+@contextlib.contextmanager
+def regex_deadline() -> Iterator[None]:
+    """Bound the time ``re:`` patterns may take inside the block: a watchdog (``SIGALRM`` every
+    :data:`TICK` s) interrupts a match that runs past :data:`MATCH_BUDGET` or a block whose
+    matches sum past :data:`TOTAL_BUDGET`, with a :class:`PatternError`. Python's ``re`` checks
+    for signals while it backtracks, so even an exponential match stops.
+
+    Only in the main thread, and only when nothing else uses ``SIGALRM`` or the real-time
+    interval timer; elsewhere the block runs unguarded (see docs/reliability.md). Re-entrant.
+    """
+    watch = _WATCH
+    if (
+        watch.armed
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL  # None: set outside Python
+        or signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)
+    ):
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, watch.tick)
+    watch.armed, watch.current, watch.seen, watch.total_ticks = True, None, -1, 0
+    signal.setitimer(signal.ITIMER_REAL, TICK, TICK)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        watch.armed, watch.current = False, None
 
 
 class WildcardSet:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .declarations import CompressedTensorsRules, Declaration, ModelOptRules
 from .findings import Finding, finding
 from .inventory import FUSED_SHARDS, ModuleInfo
-from .matchers import FirstMatch, SubstringSet, WildcardSet
+from .matchers import FirstMatch, SubstringSet, WildcardSet, regex_deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,8 @@ def resolve(declaration: Declaration, modules: Mapping[str, ModuleInfo]) -> Reso
     if declaration.modelopt is not None:
         return _ModelOpt(declaration.modelopt, modules).run()
     if declaration.compressed_tensors is not None:
-        return _CompressedTensors(declaration.compressed_tensors, modules).run()
+        with regex_deadline():  # one watchdog for every re: match of the run
+            return _CompressedTensors(declaration.compressed_tensors, modules).run()
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 

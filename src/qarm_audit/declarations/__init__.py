@@ -184,11 +184,11 @@ def _extras(model: BaseModel, path: str = "") -> list[str]:
         if isinstance(value, BaseModel):
             out.extend(_extras(value, f"{path}{name}."))
         elif isinstance(value, dict):
-            # a map of thousands of layer entries: report each unknown key once
+            # a map of thousands of layer entries, mostly one shared object: each once
+            distinct = {id(item): item for item in value.values() if isinstance(item, BaseModel)}
             unknown: set[str] = set()
-            for item in value.values():
-                if isinstance(item, BaseModel):
-                    unknown.update(_extras(item, f"{path}{name}[*]."))
+            for item in distinct.values():
+                unknown.update(_extras(item, f"{path}{name}[*]."))
             out.extend(sorted(unknown))
     return sorted(set(out))
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler
+from pydantic.functional_validators import WrapValidator
 
 
 class _Open(BaseModel):
@@ -27,6 +28,28 @@ class LayerEntry(_Open):
     pre_quant_scale: bool | None = None
 
 
+def _layers_once_each(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate each distinct ``quantized_layers`` entry once: a MoE map repeats one entry for
+    hundreds of thousands of expert projections. Anything unusual gets pydantic's own path."""
+    if not isinstance(value, dict):
+        return handler(value)
+    distinct: dict[frozenset[tuple[str, Any]], LayerEntry] = {}
+    out: dict[str, LayerEntry] = {}
+    try:
+        for key, raw in value.items():
+            token = frozenset(raw.items())  # TypeError for unhashable values, AttributeError
+            entry = distinct.get(token)
+            if entry is None:
+                entry = distinct[token] = LayerEntry.model_validate(raw)
+            out[key] = entry
+    except (TypeError, AttributeError, ValidationError):
+        return handler(value)
+    return out
+
+
+LayerMap = Annotated[dict[str, LayerEntry], WrapValidator(_layers_once_each)]
+
+
 class Quantization(_Open):
     """The ``quantization`` block of ``hf_quant_config.json`` (also the nested config.json form)."""
 
@@ -34,7 +57,7 @@ class Quantization(_Open):
     kv_cache_quant_algo: str | None = None
     group_size: int | None = None
     exclude_modules: list[str] | None = None
-    quantized_layers: dict[str, LayerEntry] | None = None
+    quantized_layers: LayerMap | None = None
     has_zero_point: bool | None = None
     pre_quant_scale: bool | None = None
 
@@ -60,7 +83,7 @@ class InlineConfig(_Open):
     group_size: int | None = None
     ignore: list[str] | None = None
     exclude_modules: list[str] | None = None
-    quantized_layers: dict[str, LayerEntry] | None = None
+    quantized_layers: LayerMap | None = None
     config_groups: dict[str, Any] | None = None
     producer: Producer | None = None
     quantization: Quantization | None = None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+"""Bumped to 1.1 for fields added since 1.0, all optional (they have defaults; ``ignored`` is
+one): a 1.0 reader that skips unknown keys reads a 1.1 report. A removed or retyped field would
+make it 2.0."""
 
 
 class _Row(BaseModel):
@@ -64,6 +67,9 @@ class Bucket(_Row):
     modules: int
     membership: dict[str, int]
     """Modules per way of membership: exact, prefix, regex, class, wildcard, substring, ..."""
+    parameters: int = 0
+    """Parameters the bucket's tensors hold, packing-aware (an NVFP4 U8 byte holds two; a
+    packed I32 word 32 / bits); scales, zero points and KV scales are not parameters."""
 
 
 class FindingRow(_Row):
@@ -72,6 +78,22 @@ class FindingRow(_Row):
     module: str
     tensor: str
     message: str
+
+
+class IgnoredRow(_Row):
+    """A finding an ignore rule moved out of refusals, warnings or notes; never dropped."""
+
+    code: str
+    severity: str
+    """The severity it would have had: ``refusal``, ``warning`` or ``info``."""
+    module: str
+    tensor: str
+    message: str
+    reason: str
+    """The reason the ignore rule gives (mandatory)."""
+    origin: str
+    """Where the rule was written: ``qarm.toml``, ``pyproject.toml``, a ``--config`` file, or
+    ``--ignore``."""
 
 
 class ArmRow(_Row):
@@ -205,6 +227,9 @@ class Report(_Row):
     refusals: list[FindingRow]
     warnings: list[FindingRow]
     notes: list[FindingRow]
+    ignored: list[IgnoredRow] = Field(default_factory=list)
+    """Findings moved aside by an ignore rule, with its reason; they count for neither the
+    verdict nor the exit code. Empty when no ignore rule matched."""
     integrity: IntegrityInfo | None
     modules: list[ModuleRow]
     probe: ProbeInfo | None = None

@@ -5,7 +5,7 @@ Deterministic: no timestamps, no absolute paths beyond what the user typed.
 
 from __future__ import annotations
 
-from .model import FindingRow, ProbeInfo, Report
+from .model import FindingRow, IgnoredRow, ProbeInfo, Report
 
 VERDICT = {
     "refused": "❌ **refused**",
@@ -26,8 +26,9 @@ def source_label(report: Report) -> str:
 
 
 def verdict_line(report: Report) -> str:
+    ignored = f", {len(report.ignored)} ignored" if report.ignored else ""
     counts = (
-        f"{len(report.refusals)} refusals, {len(report.warnings)} warnings, "
+        f"{len(report.refusals)} refusals, {len(report.warnings)} warnings{ignored}, "
         f"{report.totals.tensors} tensors in {report.totals.shards} shards"
     )
     decl = report.declaration
@@ -36,12 +37,15 @@ def verdict_line(report: Report) -> str:
     return f"{source_label(report)}: {report.verdict} ({counts}); declared {declared} via {via}"
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
+    """The report as GitHub-flavoured markdown; ``scheme_map`` adds the ``--map`` grid."""
     decl = report.declaration
     out = [f"### qarm audit: `{_cell(source_label(report))}`", ""]
     out.append(
         f"{VERDICT[report.verdict]}: {len(report.refusals)} refusals, "
-        f"{len(report.warnings)} warnings. Declared **{_cell(decl.algo or decl.family)}** "
+        f"{len(report.warnings)} warnings"
+        + (f" ({len(report.ignored)} findings ignored)" if report.ignored else "")
+        + f". Declared **{_cell(decl.algo or decl.family)}** "
         f"({decl.family}) via `{_cell(decl.source or 'no declaration')}`; engine "
         f"profile `{report.engine.name}`"
         + (f" {report.engine.version}" if report.engine.version else "")
@@ -69,6 +73,10 @@ def render_markdown(report: Report) -> str:
             f"{_cell(b.description)} |"
         )
     out.append(f"| **total** | **{report.totals.tensors}** | **{report.totals.modules}** | | |")
+    if scheme_map:
+        from .render_map import render_map_markdown
+
+        out += ["", *render_map_markdown(report)]
     if report.arms:
         out += ["", "**Arms** (declared vs executed):", ""]
         out += [
@@ -86,6 +94,8 @@ def render_markdown(report: Report) -> str:
     ):
         if rows:
             out += ["", *_findings(title, rows)]
+    if report.ignored:
+        out += ["", *_ignored(report.ignored)]
     if report.probe is not None:
         out += ["", *_probe(report.probe)]
     if report.integrity is not None:
@@ -173,6 +183,22 @@ def _findings(title: str, rows: list[FindingRow]) -> list[str]:
     ]
     out += [
         f"| `{r.code}` | `{_cell(r.module)}` | `{_cell(r.tensor)}` | {_cell(r.message)} |"
+        for r in rows
+    ]
+    out += ["", "</details>"]
+    return out
+
+
+def _ignored(rows: list[IgnoredRow]) -> list[str]:
+    out = [
+        f"<details><summary>Ignored ({len(rows)})</summary>",
+        "",
+        "| code | severity | module | tensor | message | reason | ignored by |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| `{r.code}` | {r.severity} | `{_cell(r.module)}` | `{_cell(r.tensor)}` | "
+        f"{_cell(r.message)} | {_cell(r.reason)} | `{_cell(r.origin)}` |"
         for r in rows
     ]
     out += ["", "</details>"]

@@ -12,8 +12,9 @@ STYLE = {"refused": "bold red", "warnings": "bold yellow", "clean": "bold green"
 MAX_ROWS = 40
 
 
-def render_table(report: Report, console: Console) -> None:
-    console.print(_renderable(report))
+def render_table(report: Report, console: Console, *, scheme_map: bool = False) -> None:
+    """Print the report; ``scheme_map`` adds the ``--map`` grid after the buckets."""
+    console.print(_renderable(report, scheme_map))
 
 
 def _moves(report: Report) -> RenderableType:
@@ -32,7 +33,7 @@ def _moves(report: Report) -> RenderableType:
     return table
 
 
-def _renderable(report: Report) -> RenderableType:
+def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
     from .render_markdown import verdict_line
 
     parts: list[RenderableType] = [Text(verdict_line(report), style=STYLE[report.verdict])]
@@ -72,6 +73,10 @@ def _renderable(report: Report) -> RenderableType:
         "total", str(report.totals.tensors), str(report.totals.modules), "", "", style="bold"
     )
     parts.append(buckets)
+    if scheme_map:
+        from .render_map import map_renderable
+
+        parts.append(map_renderable(report))
     for a in report.arms:
         style = (
             "green"
@@ -102,6 +107,19 @@ def _renderable(report: Report) -> RenderableType:
         if len(rows) > MAX_ROWS:
             table.add_row("…", f"{len(rows) - MAX_ROWS} more (see --format json)", "")
         parts.append(table)
+    if report.ignored:
+        ignored = Table(
+            title=f"Ignored ({len(report.ignored)})", title_justify="left", title_style="dim"
+        )
+        for column in ("code", "module", "reason", "ignored by"):
+            ignored.add_column(column, overflow="fold")
+        for i in report.ignored[:MAX_ROWS]:
+            ignored.add_row(i.code, i.module, i.reason, i.origin)
+        if len(report.ignored) > MAX_ROWS:
+            ignored.add_row(
+                "…", f"{len(report.ignored) - MAX_ROWS} more (see --format json)", "", ""
+            )
+        parts.append(ignored)
     if report.probe is not None:
         from .render_markdown import probe_line
 

@@ -44,6 +44,10 @@ DTYPE_BITS: dict[str, int] = {
 MAX_DIM = 2**53
 """Dimensions beyond this cannot come from a real file and would overflow other readers."""
 
+BITS_LIMIT = 2**64
+"""The safetensors library counts a tensor's elements and bits in 64-bit unsigned integers and
+refuses a tensor whose count overflows them; so does qarm (before any comparison with offsets)."""
+
 ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 
 
@@ -63,11 +67,13 @@ def length_prefix(prefix: bytes, *, where: str, size: int, cap: int = HEADER_CAP
 
 def _reject_duplicates(where: str) -> Any:
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise HeaderError(where, f"duplicate key {key!r} in header JSON")
-            out[key] = value
+        out = dict(pairs)
+        if len(out) != len(pairs):  # rare: find which key, in Python, only then
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    raise HeaderError(where, f"duplicate key {key!r} in header JSON")
+                seen.add(key)
         return out
 
     return hook
@@ -158,6 +164,10 @@ def expected_nbytes(entry: TensorEntry, where: str) -> int:
     for dim in entry.shape:
         numel *= dim
     total_bits = numel * bits
+    if total_bits >= BITS_LIMIT:
+        raise HeaderError(
+            where, f"tensor {entry.name!r}: shape {list(entry.shape)} overflows 64 bits"
+        )
     if total_bits % 8:
         raise HeaderError(
             where,

@@ -97,6 +97,20 @@ def _contained(path: Path, allowed: Path, where: str) -> Path:
     return real
 
 
+def _present(path: Path, where: str) -> bool:
+    """True for a regular file (through symlinks), False when nothing has the name. A name that
+    exists but cannot be read as a file (a dangling symlink, e.g. an evicted cache blob, or a
+    folder) is an error, never "absent": an unread declaration must not audit as no declaration.
+    """
+    if path.is_file():
+        return True
+    if path.is_symlink():
+        raise FetchError(where, "is a symlink to nothing (a dangling link); cannot read it")
+    if path.exists():
+        raise SourceSpecError(where, "exists but is not a regular file")
+    return False
+
+
 def read_folder(root: Path, location: str) -> Checkpoint:
     """Read a checkpoint folder (single file, sharded with an index, or a cache snapshot)."""
     if not root.is_dir():
@@ -111,21 +125,21 @@ def read_folder(root: Path, location: str) -> Checkpoint:
     documents: dict[str, str] = {}
     for name in DECLARATION_FILES:
         candidate = root / name
-        if candidate.is_file():
+        if _present(candidate, name):
             documents[name] = read_text(_contained(candidate, allowed, name), name)
     index_text: str | None = None
     index_path = root / INDEX_FILE
-    if index_path.is_file():
+    if _present(index_path, INDEX_FILE):
         index_text = read_text(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
         shard_files = parse_index(index_text).shard_files
-    elif (root / SINGLE_FILE).is_file():
+    elif _present(root / SINGLE_FILE, SINGLE_FILE):
         shard_files = [SINGLE_FILE]
     else:
-        shard_files = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
+        shard_files = sorted(p.name for p in root.glob("*.safetensors") if _present(p, p.name))
     shards = []
     for file in shard_files:
         path = root / file
-        if not path.is_file():
+        if not _present(path, file):
             raise ShardIndexError(INDEX_FILE, f"names shard {file!r}, which is not in {location}")
         shards.append(read_local_shard(_contained(path, allowed, file), file))
     if not documents and not shards:

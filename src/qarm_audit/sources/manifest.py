@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import FetchError, HeaderError, ManifestError
 from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
-from .header import DTYPE_BITS, MAX_DIM, loads_strict
+from .header import BITS_LIMIT, DTYPE_BITS, MAX_DIM, loads_strict
 from .index import check_shard_name
 
 FORMAT = "qarm-manifest/2"
@@ -295,8 +295,10 @@ def _sizes(
         numel = 1
         for dim in shape:
             numel *= dim
-        if numel * bits % 8:
+        if numel * bits >= BITS_LIMIT or numel * bits % 8:
             name = next(n for n, d, s in zip(names, dtypes, shapes, strict=True) if (d, s) == key)
+            if numel * bits >= BITS_LIMIT:
+                raise HeaderError(where, f"tensor {name!r}: shape {list(shape)} overflows 64 bits")
             raise HeaderError(
                 where, f"tensor {name!r}: {numel} elements of {dtype} do not end on a byte"
             )

@@ -1,0 +1,358 @@
+"""qarm in a CI step: ignores with reasons, --format github, the job summary, several sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import MANIFESTS, fp8_modelopt, llama, modelopt_file, write_checkpoint
+from qarm_audit import IgnoreRule, audit
+from qarm_audit.errors import ExitCode
+from qarm_audit.policy import PolicyError, load_config_ignores
+from qarm_audit.report.model import FindingRow, IgnoredRow, Report
+from qarm_audit.report.render_github import _escape_data, _escape_property, render_github
+
+CLEAN = MANIFESTS / "seed-mtp-w4a16.manifest.json"
+STRAY = "unquantized-ships-quantized"
+
+
+@pytest.fixture
+def refused(tmp_path: Path) -> Path:
+    """FP8 everywhere, lm_head excluded and still shipping FP8 scales: one refusal on lm_head."""
+    t = llama(spell=fp8_modelopt, lm_head=fp8_modelopt("lm_head", 256, 64))
+    return write_checkpoint(
+        tmp_path / "ckpt",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"])},
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty current folder, so no qarm.toml or pyproject.toml of the repo applies."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def _json(result) -> dict:
+    return json.loads(result.stdout)
+
+
+# --- ignores ----------------------------------------------------------------------------------
+
+
+def test_without_ignores_the_refusal_fails(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", refused, "-f", "json")
+    assert result.exit_code == ExitCode.FINDINGS
+    assert [r["code"] for r in _json(result)["refusals"]] == [STRAY]
+    assert _json(result)["ignored"] == []
+
+
+def test_qarm_toml_ignore_moves_the_finding_and_changes_the_exit_code(
+    run, refused: Path, workdir: Path
+) -> None:
+    (workdir / "qarm.toml").write_text(
+        f'[[ignore]]\ncode = "{STRAY}"\nmodule = "lm_head"\nreason = "stripped by our loader"\n'
+    )
+    result = run("audit", refused, "-f", "json")
+    assert result.exit_code == ExitCode.CLEAN
+    report = _json(result)
+    assert report["refusals"] == [] and report["verdict"] != "refused"
+    assert report["ignored"] == [
+        {
+            "code": STRAY,
+            "severity": "refusal",
+            "module": "lm_head",
+            "tensor": report["ignored"][0]["tensor"],
+            "message": report["ignored"][0]["message"],
+            "reason": "stripped by our loader",
+            "origin": "qarm.toml",
+        }
+    ]
+    assert "1 ignored" in result.stderr
+
+
+def test_pyproject_tool_qarm_ignore(run, refused: Path, workdir: Path) -> None:
+    (workdir / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[[tool.qarm.ignore]]\n'
+        f'code = "{STRAY}"\nreason = "accepted in review #12"\n'
+    )
+    result = run("audit", refused, "-f", "json")
+    assert result.exit_code == ExitCode.CLEAN
+    assert [(i["origin"], i["reason"]) for i in _json(result)["ignored"]] == [
+        ("pyproject.toml", "accepted in review #12")
+    ]
+
+
+def test_qarm_toml_wins_over_pyproject(workdir: Path) -> None:
+    (workdir / "qarm.toml").write_text("")
+    (workdir / "pyproject.toml").write_text(
+        f'[[tool.qarm.ignore]]\ncode = "{STRAY}"\nreason = "r"\n'
+    )
+    assert load_config_ignores(workdir) == []
+
+
+def test_config_option_points_elsewhere(run, refused: Path, workdir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "policies" / "release.toml"
+    config.parent.mkdir()
+    config.write_text(f'[[ignore]]\ncode = "{STRAY}"\nmodule = "lm_*"\nreason = "release policy"\n')
+    (workdir / "qarm.toml").write_text("")  # not read: --config replaces it
+    result = run("audit", refused, "-f", "json", "--config", config)
+    assert result.exit_code == ExitCode.CLEAN
+    assert _json(result)["ignored"][0]["origin"] == str(config)
+    assert run("audit", refused, "--config", tmp_path / "missing.toml").exit_code == 2
+
+
+def test_cli_ignore_with_pattern(run, refused: Path, workdir: Path) -> None:
+    matched = run(
+        "audit", refused, "-f", "json", "--ignore", f"{STRAY}:lm_*", "--ignore-reason", "r"
+    )
+    assert matched.exit_code == ExitCode.CLEAN
+    assert _json(matched)["ignored"][0]["origin"] == "--ignore"
+    missed = run(
+        "audit", refused, "-f", "json", "--ignore", f"{STRAY}:model.*", "--ignore-reason", "r"
+    )
+    assert missed.exit_code == ExitCode.FINDINGS
+    assert [r["code"] for r in _json(missed)["refusals"]] == [STRAY]
+
+
+def test_pattern_matching_rules() -> None:
+    rule = IgnoreRule(code=STRAY, module="model.layers.*.mlp.*", reason="r", origin="t")
+    assert rule.matches(STRAY, "model.layers.3.mlp.down_proj")
+    assert rule.matches(STRAY, "model.layers.3.mlp.experts.7.up_proj")  # * crosses dots
+    assert not rule.matches(STRAY, "model.layers.3.self_attn.o_proj")
+    assert not rule.matches("operand-dtype", "model.layers.3.mlp.down_proj")
+    everything = IgnoreRule(code=STRAY, module="*", reason="r", origin="t")
+    assert everything.matches(STRAY, "")  # a declaration-level finding has no module
+
+
+def test_missing_reason_is_a_usage_error(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", refused, "--ignore", STRAY)
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "--ignore-reason" in result.stderr
+    assert run("audit", refused, "--ignore", STRAY, "--ignore-reason", "  ").exit_code == 2
+    assert run("audit", refused, "--ignore-reason", "why").exit_code == 2
+    (workdir / "qarm.toml").write_text(f'[[ignore]]\ncode = "{STRAY}"\n')
+    no_reason = run("audit", refused)
+    assert no_reason.exit_code == ExitCode.BAD_INPUT and "reason is mandatory" in no_reason.stderr
+
+
+def test_unknown_code_is_a_usage_error(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", refused, "--ignore", "no-such-code", "--ignore-reason", "r")
+    assert result.exit_code == ExitCode.BAD_INPUT and "unknown code" in result.stderr
+    (workdir / "qarm.toml").write_text('[[ignore]]\ncode = "nope"\nreason = "r"\n')
+    assert run("audit", refused).exit_code == ExitCode.BAD_INPUT
+    (workdir / "qarm.toml").write_text(f'[[ignore]]\ncode = "{STRAY}"\nreason = "r"\nwhy = 1\n')
+    assert run("audit", refused).exit_code == ExitCode.BAD_INPUT
+    (workdir / "qarm.toml").write_text("[[ignore]\n")
+    bad = run("audit", refused)
+    assert bad.exit_code == ExitCode.BAD_INPUT and "qarm.toml" in bad.stderr
+
+
+def test_unmatched_ignore_is_a_note(run, workdir: Path) -> None:
+    result = run(
+        "audit", CLEAN, "-f", "json", "--ignore", "operand-dtype:lm_head", "--ignore-reason", "old"
+    )
+    assert result.exit_code == ExitCode.CLEAN
+    notes = [n for n in _json(result)["notes"] if n["code"] == "ignore-unmatched"]
+    assert len(notes) == 1
+    assert "operand-dtype:lm_head" in notes[0]["message"] and "old" in notes[0]["message"]
+
+
+def test_ignoring_warnings_changes_fail_on_warning(run, workdir: Path) -> None:
+    assert run("audit", CLEAN, "--fail-on", "warning").exit_code == ExitCode.FINDINGS
+    result = run(
+        "audit",
+        CLEAN,
+        "--fail-on",
+        "warning",
+        "-f",
+        "json",
+        "--ignore",
+        "declared-arm-differs",
+        "--ignore",
+        "kv-scales-missing",
+        "--ignore-reason",
+        "H100 fleet",
+    )
+    assert result.exit_code == ExitCode.CLEAN
+    report = _json(result)
+    assert report["verdict"] == "clean" and report["warnings"] == []
+    assert {i["code"] for i in report["ignored"]} == {"declared-arm-differs", "kv-scales-missing"}
+
+
+def test_every_format_shows_the_ignored(run, refused: Path, workdir: Path) -> None:
+    args = ("--ignore", STRAY, "--ignore-reason", "stripped-at-load")
+    markdown = run("audit", refused, "-f", "markdown", *args).stdout
+    assert "<details><summary>Ignored (1)</summary>" in markdown
+    assert "stripped-at-load" in markdown and f"`{STRAY}`" in markdown
+    table = run("audit", refused, *args).stdout
+    assert "Ignored (1)" in table and "stripped-at-load" in table
+    github = run("audit", refused, "-f", "github", *args).stdout
+    assert f"::notice title=qarm {STRAY} (ignored)::" in github
+    assert "stripped-at-load" in github and "::error" not in github
+
+
+def test_library_ignores(refused: Path) -> None:
+    rule = IgnoreRule(code=STRAY, module="lm_head", reason="r", origin="api")
+    report = audit(str(refused), ignores=[rule])
+    assert report.refusals == [] and report.verdict != "refused"
+    assert [(i.code, i.origin) for i in report.ignored] == [(STRAY, "api")]
+    with pytest.raises(PolicyError):
+        from qarm_audit.policy import parse_cli_ignores
+
+        parse_cli_ignores([STRAY], None)
+
+
+# --- --format github and the job summary ------------------------------------------------------
+
+
+def test_escape_rules() -> None:
+    assert _escape_data("100% a\r\nb") == "100%25 a%0D%0Ab"
+    assert _escape_property("qarm x:y,z%") == "qarm x%3Ay%2Cz%25"
+    assert _escape_data("a:b,c") == "a:b,c"  # only properties escape : and ,
+
+
+def _with_rows(report: Report, **rows: list) -> Report:
+    return report.model_copy(update=rows)
+
+
+def test_levels_and_escaping_in_annotations() -> None:
+    base = audit(str(CLEAN))
+
+    def row(code: str, severity: str, message: str) -> FindingRow:
+        return FindingRow(code=code, severity=severity, module="m.x", tensor="", message=message)
+
+    report = _with_rows(
+        base,
+        refusals=[row("spelling-mismatch", "refusal", "50% off\nsecond line")],
+        warnings=[row("kv-scales-missing", "warning", "w")],
+        notes=[row("unknown-keys", "info", "n")],
+        ignored=[
+            IgnoredRow(
+                code="operand-dtype",
+                severity="refusal",
+                module="",
+                tensor="",
+                message="i",
+                reason="because, really: yes",
+                origin="qarm.toml",
+            )
+        ],
+    )
+    lines = render_github(report).splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == [
+        "::error",
+        "::warning",
+        "::notice",
+        "::notice",
+        "::notice",
+    ]
+    assert (
+        lines[0] == f"::error title=qarm spelling-mismatch::{CLEAN} [m.x]: 50%25 off%0Asecond line"
+    )
+    assert "because, really: yes" in lines[3]  # message data keeps : and ,
+    assert lines[-1].startswith("::notice title=qarm audit::")
+    assert all("\n" not in line for line in lines)
+
+
+def test_github_format_from_the_cli(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", refused, "-f", "github")
+    assert result.exit_code == ExitCode.FINDINGS
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"::error title=qarm {STRAY}::") and "[lm_head]" in lines[0]
+    assert lines[-1].startswith("::notice title=qarm audit::")
+
+
+@pytest.mark.parametrize("fmt", ["github", "json", "table", "markdown"])
+def test_step_summary_gets_the_markdown_for_any_format(
+    run, workdir: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    summary = workdir / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert run("audit", CLEAN, "-f", fmt, "--map").exit_code == ExitCode.CLEAN
+    assert run("audit", CLEAN, "-f", fmt).exit_code == ExitCode.CLEAN
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### qarm audit: ")  # appended, never replaced
+    assert text.count("### qarm audit: ") == 2
+    assert text.count("Scheme map:") == 1
+
+
+def test_no_summary_without_the_variable(run, workdir: Path) -> None:
+    assert run("audit", CLEAN, "-f", "github").exit_code == 0
+    assert list(workdir.iterdir()) == []
+
+
+def test_unwritable_summary_warns_and_keeps_the_exit_code(
+    run, refused: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "no" / "such" / "dir.md"))
+    result = run("audit", refused, "-f", "github")
+    assert result.exit_code == ExitCode.FINDINGS
+    assert "cannot append to GITHUB_STEP_SUMMARY" in result.stderr
+
+
+# --- several sources ---------------------------------------------------------------------------
+
+
+def test_several_sources_each_in_turn_exit_is_the_worst(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", CLEAN, refused, "-f", "markdown")
+    assert result.exit_code == ExitCode.FINDINGS
+    assert result.stdout.count("### qarm audit: ") == 2
+    assert result.stderr.count("\n") == 2  # one verdict line each
+    table = run("audit", CLEAN, refused)
+    assert table.exit_code == ExitCode.FINDINGS
+    assert str(CLEAN) in table.stdout and str(refused) in table.stdout
+    github = run("audit", CLEAN, refused, "-f", "github").stdout
+    assert github.count("::notice title=qarm audit::") == 2
+
+
+def test_several_sources_json_is_an_array(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", CLEAN, refused, "-f", "json")
+    assert result.exit_code == ExitCode.FINDINGS
+    reports = json.loads(result.stdout)
+    assert isinstance(reports, list) and len(reports) == 2
+    assert [Report.model_validate(r).verdict for r in reports] == ["warnings", "refused"]
+    single = json.loads(run("audit", CLEAN, "-f", "json").stdout)
+    assert isinstance(single, dict) and single == reports[0]
+
+
+def test_a_bad_source_does_not_stop_the_others(
+    run, refused: Path, workdir: Path, tmp_path: Path
+) -> None:
+    result = run("audit", CLEAN, tmp_path / "missing", "-f", "json")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "qarm: error: " in result.stderr and "missing" in result.stderr
+    assert [r["verdict"] for r in json.loads(result.stdout)] == ["warnings"]
+    assert run("audit", tmp_path / "a", tmp_path / "b", "-f", "json").stdout == "[]\n"
+
+
+def test_several_sources_to_one_output_file(run, refused: Path, workdir: Path) -> None:
+    out = workdir / "reports.md"
+    assert run("audit", CLEAN, refused, "-f", "markdown", "-o", out).exit_code == 1
+    assert out.read_text().count("### qarm audit: ") == 2
+    array = workdir / "reports.json"
+    run("audit", CLEAN, refused, "-f", "json", "-o", array)
+    assert len(json.loads(array.read_text())) == 2
+
+
+def test_usage_errors_stop_before_any_source(run, refused: Path, workdir: Path) -> None:
+    result = run("audit", CLEAN, refused, "--engine", "nonexistent")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert result.stderr.count("qarm: error:") == 1 and result.stdout == ""
+    assert run("audit", CLEAN, refused, "--gpu", "sm999").stderr.count("qarm: error:") == 1
+
+
+def test_an_unreadable_source_is_an_error_annotation(run, workdir: Path, tmp_path: Path) -> None:
+    single = run("audit", tmp_path / "missing", "-f", "github")
+    assert single.exit_code == ExitCode.BAD_INPUT
+    assert single.stdout.startswith("::error title=qarm error::") and "missing" in single.stdout
+    several = run("audit", CLEAN, tmp_path / "missing", "-f", "github")
+    assert several.exit_code == ExitCode.BAD_INPUT
+    assert several.stdout.count("::error title=qarm error::") == 1
+    assert "::notice title=qarm audit::" in several.stdout

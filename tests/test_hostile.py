@@ -1,0 +1,596 @@
+"""Hostile inputs beyond the header corpus: the library raises a named QarmError, the CLI exits 2
+(3 for I/O), never a traceback, never exit 0. See docs/reliability.md."""
+
+from __future__ import annotations
+
+import json
+import signal
+import struct
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import modelopt_file, write_checkpoint
+from qarm_audit import audit
+from qarm_audit import matchers as matchers_module
+from qarm_audit.declarations import read_declaration
+from qarm_audit.errors import (
+    DeclarationError,
+    FetchError,
+    HeaderError,
+    HeaderTooLargeError,
+    ManifestError,
+    PatternError,
+    QarmError,
+    ShardIndexError,
+    SourceSpecError,
+)
+from qarm_audit.matchers import FirstMatch, regex_deadline
+from qarm_audit.report import render_json, render_markdown
+from qarm_audit.sources import Checkpoint, Origin, ShardHeader, TensorEntry, open_source
+from qarm_audit.sources.header import BITS_LIMIT, DTYPE_BITS, HEADER_CAP, length_prefix
+from qarm_audit.sources.index import parse_index
+from qarm_audit.sources.local import read_local_shard
+from qarm_audit.sources.manifest import parse_manifest, render_manifest
+
+PLAIN = {"model.layers.0.mlp.down_proj.weight": ("BF16", (4, 4))}
+LLAMA = {"model_type": "llama"}
+
+
+def refused(result: Any, code: int, message: str) -> None:
+    """The CLI refused by name: the exit code, one line on stderr, no traceback."""
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert result.stderr.startswith("qarm: error: "), result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def folder(tmp_path: Path, documents: dict[str, Any] | None = None, **kw: Any) -> Path:
+    return write_checkpoint(
+        tmp_path / "ckpt", {"model.safetensors": PLAIN}, documents or {"config.json": LLAMA}, **kw
+    )
+
+
+def checkpoint(rows: list[tuple[str, str, tuple[int, ...]]], documents: dict[str, str]) -> Any:
+    """An in-memory checkpoint (as a manifest holds it): contiguous, valid offsets."""
+    entries, cursor = [], 0
+    for name, dtype, shape in rows:
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        nbytes = numel * DTYPE_BITS[dtype] // 8
+        entries.append(TensorEntry(name, dtype, shape, cursor, cursor + nbytes))
+        cursor += nbytes
+    shard = ShardHeader("model.safetensors", 8 + 64 + cursor, 64, None, tuple(entries))
+    return Checkpoint(origin=Origin("manifest", "m"), documents=documents, shards=(shard,))
+
+
+def manifest_file(path: Path, ckpt: Any) -> Path:
+    path.write_text(render_manifest(ckpt))
+    return path
+
+
+# -- the header length cap --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [64, HEADER_CAP])
+def test_length_prefix_at_the_cap(cap: int) -> None:
+    """cap-1 and cap are read, cap+1 is refused, without allocating anything of that size."""
+    size = cap + 8 + 1
+    for length in (cap - 1, cap):
+        assert length_prefix(struct.pack("<Q", length), where="f", size=size, cap=cap) == length
+    with pytest.raises(HeaderTooLargeError, match=f"header length {cap + 1} is above the cap"):
+        length_prefix(struct.pack("<Q", cap + 1), where="f", size=size + 1, cap=cap)
+    with pytest.raises(HeaderTooLargeError):
+        length_prefix(b"\xff" * 8, where="f", size=size, cap=cap)  # 2**64-1
+
+
+@pytest.mark.parametrize(("length", "ok"), [(63, True), (64, True), (65, False)])
+def test_read_local_shard_at_a_small_cap(tmp_path: Path, length: int, ok: bool) -> None:
+    body = b"{}".ljust(length)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", length) + body)
+    if ok:
+        assert read_local_shard(path, path.name, cap=64).header_length == length
+    else:
+        with pytest.raises(HeaderTooLargeError):
+            read_local_shard(path, path.name, cap=64)
+
+
+def test_cli_header_just_above_the_cap_is_refused_unread(tmp_path: Path, run: Any) -> None:
+    """A sparse file whose prefix says cap+1: refused before a byte of the header is read."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    path = root / "model.safetensors"
+    with path.open("wb") as handle:
+        handle.write(struct.pack("<Q", HEADER_CAP + 1))
+        handle.truncate(8 + HEADER_CAP + 1)
+    refused(run("audit", root), 2, f"header length {HEADER_CAP + 1} is above the cap")
+
+
+# -- nesting, NaN and Infinity in every JSON document ----------------------------------------
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+DEPTHS = [900, sys.getrecursionlimit() - 5, sys.getrecursionlimit() + 5, 100_000]
+
+
+def deep_config(depth: int) -> str:
+    return (
+        '{"model_type": "llama", "quantization_config": {"quant_method": "modelopt", '
+        f'"quant_algo": "FP8", "extra": {nested(depth)}}}}}'
+    )
+
+
+def deep_index(depth: int) -> str:
+    return (
+        f'{{"metadata": {{"deep": {nested(depth)}}}, '
+        '"weight_map": {"model.layers.0.mlp.down_proj.weight": "model.safetensors"}}'
+    )
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+@pytest.mark.parametrize("document", ["config.json", "hf_quant_config.json", "index"])
+def test_deep_nesting_in_documents(tmp_path: Path, run: Any, document: str, depth: int) -> None:
+    """Shallow enough to parse: audited (or refused by name); deeper: a named error."""
+    if document == "index":
+        root = folder(tmp_path, index=False)
+        (root / "model.safetensors.index.json").write_text(deep_index(depth))
+    elif document == "config.json":
+        root = folder(tmp_path, {"config.json": deep_config(depth)})
+    else:
+        block = json.dumps(modelopt_file("FP8"))[:-1] + f', "extra": {nested(depth)}}}'
+        root = folder(tmp_path, {"config.json": LLAMA, "hf_quant_config.json": block})
+    result = run("audit", root, "-f", "json")
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    if depth > sys.getrecursionlimit():
+        refused(result, 2, "JSON is nested too deeply")
+        with pytest.raises((DeclarationError, ShardIndexError), match="nested too deeply"):
+            audit(str(root))
+    else:
+        assert result.exit_code in (0, 1, 2), result.stderr
+        if result.exit_code == 2:
+            assert "nested too deeply" in result.stderr
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_deep_nesting_in_a_manifest(tmp_path: Path, run: Any, depth: int) -> None:
+    text = render_manifest(checkpoint([("a.weight", "BF16", (2,))], {"config.json": "{}"}))
+    top = text.replace('"origin": {', f'"deep": {nested(depth)}, "origin": {{', 1)
+    path = tmp_path / "top.manifest.json"
+    path.write_text(top)
+    result = run("audit", path)
+    assert "Traceback" not in result.stderr
+    if depth > sys.getrecursionlimit() or result.exit_code == 2:
+        # near the limit, the parser's own stack depth decides: a named error, or a report
+        refused(result, 2, "JSON is nested too deeply")
+    else:
+        assert result.exit_code in (0, 1), result.stderr
+    # a nested declaration inside the manifest's documents: refused when read as a declaration
+    inner = manifest_file(
+        tmp_path / "inner.manifest.json",
+        checkpoint([("a.weight", "BF16", (2,))], {"config.json": deep_config(depth)}),
+    )
+    result = run("audit", inner)
+    assert "Traceback" not in result.stderr
+    if depth > sys.getrecursionlimit():
+        refused(result, 2, "config.json: JSON is nested too deeply")
+
+
+LITERALS = ["NaN", "Infinity", "-Infinity"]
+
+
+@pytest.mark.parametrize("literal", LITERALS)
+def test_nan_and_infinity_in_every_document(tmp_path: Path, run: Any, literal: str) -> None:
+    message = f"non-standard JSON literal {literal}"
+    config = (
+        '{"model_type": "llama", "quantization_config": {"quant_method": "modelopt", '
+        f'"quant_algo": "FP8", "group_size": {literal}}}}}'
+    )
+    refused(run("audit", folder(tmp_path / "c", {"config.json": config})), 2, message)
+    quant = json.dumps(modelopt_file("NVFP4")).replace(
+        '"group_size": 16', f'"group_size": {literal}'
+    )
+    documents = {"config.json": LLAMA, "hf_quant_config.json": quant}
+    refused(run("audit", folder(tmp_path / "q", documents)), 2, message)
+    root = folder(tmp_path / "i", index=False)
+    (root / "model.safetensors.index.json").write_text(
+        f'{{"metadata": {{"total_size": {literal}}}, "weight_map": {{}}}}'
+    )
+    refused(run("audit", root), 2, message)
+    text = render_manifest(checkpoint([("a.weight", "BF16", (2,))], {}))
+    size = json.loads(text)["shards"][0]["size"]
+    path = tmp_path / "nan.manifest.json"
+    path.write_text(text.replace(f'"size": {size}', f'"size": {literal}', 1))
+    refused(run("audit", path), 2, message)
+    header = json.dumps({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})
+    body = header.replace("[1]", f"[{literal}]").encode()
+    shard = tmp_path / "h" / "model.safetensors"
+    shard.parent.mkdir()
+    shard.write_bytes(struct.pack("<Q", len(body)) + body + b"\0" * 4)
+    refused(run("audit", shard.parent), 2, message)
+    for parse, text in (
+        (parse_index, f'{{"metadata": {{"total_size": {literal}}}, "weight_map": {{}}}}'),
+        (lambda t: read_declaration({"config.json": t}), config),
+    ):
+        with pytest.raises(QarmError, match=message):
+            parse(text)
+
+
+# -- shapes whose product overflows 64 bits --------------------------------------------------
+
+HUGE = 2**52 - 1  # every dimension is below the per-dimension cap; their product is not
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(HUGE, HUGE), (HUGE, HUGE, HUGE, HUGE), (2**32, 2**32), (2**31, 2**30)],
+    ids=["2d", "4d", "2^64-elements", "2^61-elements-x8-bits"],
+)
+def test_huge_shapes_overflow_by_name_and_allocate_nothing(
+    tmp_path: Path, run: Any, shape: tuple[int, ...]
+) -> None:
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    nbytes = numel  # F8: one byte per element
+    # In a real file the offsets are bounded by the file: the span cannot match the shape.
+    header = {"w": {"dtype": "F8_E4M3", "shape": list(shape), "data_offsets": [0, 8]}}
+    body = json.dumps(header).encode()
+    root = tmp_path / "file"
+    root.mkdir()
+    (root / "model.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + b"\0" * 8)
+    tracemalloc.start()
+    try:
+        with pytest.raises(HeaderError, match="overflows 64 bits"):
+            read_local_shard(root / "model.safetensors", "model.safetensors")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    refused(run("audit", root), 2, "overflows 64 bits")
+    # A manifest holds no file: its size and offsets can be as large as the shape asks.
+    ckpt = checkpoint([("model.layers.0.mlp.down_proj.weight", "F8_E4M3", shape)], {})
+    assert ckpt.shards[0].size > nbytes >= BITS_LIMIT // 8
+    path = manifest_file(tmp_path / "huge.manifest.json", ckpt)
+    with pytest.raises(HeaderError, match="overflows 64 bits"):
+        parse_manifest(path.read_text(), "huge")
+    refused(run("audit", path), 2, "overflows 64 bits")
+
+
+def test_largest_shape_below_64_bits_is_not_an_overflow(tmp_path: Path) -> None:
+    """Just below 2**64 bits of F8: a size mismatch in a file, a valid row in a manifest."""
+    shape = (2**31, 2**30 - 1)
+    nbytes = 2**31 * (2**30 - 1)
+    assert nbytes * 8 < BITS_LIMIT <= (nbytes + 2**31) * 8
+    ckpt = checkpoint([("w.weight", "F8_E4M3", shape)], {})
+    parsed = parse_manifest(render_manifest(ckpt), "edge")
+    assert parsed.shards[0].tensors[0].end == nbytes
+    header = {"w": {"dtype": "F8_E4M3", "shape": list(shape), "data_offsets": [0, 8]}}
+    body = json.dumps(header).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(body)) + body + b"\0" * 8)
+    with pytest.raises(HeaderError, match=f"needs {nbytes}"):
+        read_local_shard(path, path.name)
+
+
+# -- tensor names: opaque strings -----------------------------------------------------------
+
+
+def strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+NAMES = {
+    "nul": "model.layers.0.mlp.down\x00proj.weight",
+    "slash": "model/layers/0/mlp/down_proj.weight",
+    "dotdot": "../../etc/passwd.weight",
+    "backslash": "model\\layers.0.weight",
+    "absolute": "/model.layers.0.weight",
+    "empty": "",
+    "newline": "model.layers.0\n.weight",
+    "tab": "model.layers.0\t.weight",
+    "unicode": "modèle.couches.0.poids\u202e.weight",
+    "long": "m." * 50_000 + "weight",
+}
+
+
+@pytest.mark.parametrize("label", sorted(NAMES))
+def test_strange_tensor_names_are_accepted_verbatim(tmp_path: Path, run: Any, label: str) -> None:
+    """Tensor names are opaque strings, never paths: accepted, reported verbatim, no crash."""
+    name = NAMES[label]
+    root = tmp_path / "ckpt"
+    documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")}
+    # F8 weight with no scale: the module earns a refusal that quotes its name.
+    write_checkpoint(root, {"model.safetensors": {name: ("F8_E4M3", (4, 4)), **PLAIN}}, documents)
+    report = audit(str(root))
+    module = name.removesuffix(".weight")
+    assert report.refusals
+    if module:  # the report names it verbatim (JSON escapes it, never drops or rewrites it)
+        assert any(module in text for text in strings(json.loads(render_json(report))))
+    render_markdown(report)
+    for fmt in ("table", "markdown", "json"):
+        result = run("audit", root, "-f", fmt)
+        assert result.exit_code == 1, (fmt, result.stderr)
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    # The manifest keeps the name exactly (a tab is written as a list row).
+    manifest = tmp_path / "m.manifest.json"
+    assert run("manifest", root, "-o", manifest).exit_code == 0
+    again = open_source(str(manifest))
+    assert name in {t.name for t in again.shards[0].tensors}
+
+
+# -- symlinks and files that are not what they claim -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["config.json", "hf_quant_config.json", "model.safetensors.index.json"]
+)
+def test_document_symlinked_outside_the_checkpoint_is_refused(
+    tmp_path: Path, run: Any, name: str
+) -> None:
+    root = folder(tmp_path, {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")})
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir()
+    if name.endswith("index.json"):
+        outside.write_text(json.dumps({"weight_map": dict.fromkeys(PLAIN, "model.safetensors")}))
+    else:
+        outside.write_text((root / name).read_text())
+        (root / name).unlink()
+    (root / name).symlink_to(outside)
+    with pytest.raises(SourceSpecError, match="resolves outside the checkpoint"):
+        open_source(str(root))
+    refused(run("audit", root), 2, f"{name}: resolves outside the checkpoint")
+
+
+def test_symlink_inside_the_checkpoint_is_followed(tmp_path: Path, run: Any) -> None:
+    root = folder(tmp_path)
+    (root / "real-config.json").write_text(json.dumps(LLAMA))
+    (root / "config.json").unlink()
+    (root / "config.json").symlink_to("real-config.json")
+    assert run("audit", root).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "config.json",
+        "hf_quant_config.json",
+        "model.safetensors.index.json",
+        "model.safetensors",
+        "model-00002-of-00002.safetensors",
+    ],
+)
+def test_dangling_symlink_is_an_io_error_never_absent(tmp_path: Path, run: Any, name: str) -> None:
+    """An evicted cache blob: the declaration (or shard) cannot be read, so nothing is said.
+
+    Before the fix, a dangling hf_quant_config.json was skipped as absent, and a checkpoint that
+    declares NVFP4 but ships BF16 audited clean (exit 0)."""
+    shards = {
+        "model-00001-of-00002.safetensors": PLAIN,
+        "model-00002-of-00002.safetensors": {"lm_head.weight": ("BF16", (4, 4))},
+    }
+    if name == "model.safetensors":
+        shards = {"model.safetensors": {**PLAIN, "lm_head.weight": ("BF16", (4, 4))}}
+    documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("NVFP4", ["lm_head"])}
+    root = write_checkpoint(tmp_path / "ckpt", shards, documents)
+    assert run("audit", root).exit_code == 1  # intact: declared NVFP4, ships BF16
+    (root / name).unlink()
+    (root / name).symlink_to(tmp_path / "evicted-blob")
+    with pytest.raises(FetchError, match="dangling"):
+        open_source(str(root))
+    refused(run("audit", root), 3, f"{name}: is a symlink to nothing")
+
+
+def test_a_folder_named_like_a_document_is_refused(tmp_path: Path, run: Any) -> None:
+    root = folder(tmp_path)
+    (root / "hf_quant_config.json").mkdir()
+    refused(run("audit", root), 2, "hf_quant_config.json: exists but is not a regular file")
+
+
+# -- the index --------------------------------------------------------------------------------
+
+
+def test_index_mapping_one_name_to_two_shards_is_a_duplicate_key(tmp_path: Path, run: Any) -> None:
+    root = write_checkpoint(
+        tmp_path / "ckpt",
+        {"a.safetensors": {"x": ("F32", (2,))}, "b.safetensors": {"y": ("F32", (2,))}},
+    )
+    (root / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"x": "a.safetensors", "y": "b.safetensors", "x": "b.safetensors"}}'
+    )
+    with pytest.raises(ShardIndexError, match="duplicate key 'x'"):
+        open_source(str(root))
+    refused(run("audit", root), 2, "duplicate key 'x'")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "./model.safetensors",
+        "sub/../model.safetensors",
+        "sub//model.safetensors",
+        "model.safetensors/",
+        ".\\model.safetensors",
+        "C:model.safetensors",
+        "model.safetensors\x00.json",
+    ],
+)
+def test_index_naming_the_same_shard_twice_is_refused(
+    tmp_path: Path, run: Any, spelling: str
+) -> None:
+    root = write_checkpoint(tmp_path / "ckpt", {"model.safetensors": {**PLAIN, "b": ("F32", (2,))}})
+    weight_map = {next(iter(PLAIN)): "model.safetensors", "b": spelling}
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ShardIndexError):
+        open_source(str(root))
+    result = run("audit", root)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "model.safetensors.index.json: shard file name" in result.stderr
+
+
+# -- regular expressions from the declaration ------------------------------------------------
+
+
+def ct_config(targets: list[str], ignore: list[str] | None = None) -> dict[str, Any]:
+    group = {
+        "targets": targets,
+        "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+        "format": "float-quantized",
+    }
+    return {
+        "model_type": "llama",
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": {"group_0": group},
+            "ignore": ignore or [],
+        },
+    }
+
+
+def ct_checkpoint(names: list[str], targets: list[str], ignore: list[str] | None = None) -> Any:
+    config = json.dumps(ct_config(targets, ignore))
+    return checkpoint([(f"{n}.weight", "BF16", (2,)) for n in names], {"config.json": config})
+
+
+@pytest.fixture
+def fast_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matchers_module, "MATCH_BUDGET", 0.3)
+    monkeypatch.setattr(matchers_module, "TOTAL_BUDGET", 0.6)
+    monkeypatch.setattr(matchers_module, "TICK", 0.05)
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+b", "(a*)*b", "(\\w+)+x", "([a-z]+)*$"])
+def test_nested_quantifiers_are_refused_before_matching(
+    tmp_path: Path, run: Any, pattern: str
+) -> None:
+    ckpt = ct_checkpoint(["a" * 40], [f"re:{pattern}"])
+    with pytest.raises(PatternError, match="nests quantifiers"):
+        audit(ckpt)
+    path = manifest_file(tmp_path / "m.manifest.json", ckpt)
+    refused(run("audit", path), 2, "nests quantifiers")
+
+
+SLOW = [
+    ("(a|aa)*b", "a" * 60),  # exponential, no nested quantifier: the heuristic misses it
+    ("(a|a)*b", "a" * 60),
+    ("(.*a){25}", "a" * 60),  # a bounded repeat of a quantified body
+    (".*" * 12 + "x", "a" * 300),  # polynomial, no group at all
+]
+
+
+@pytest.mark.usefixtures("fast_budget")
+@pytest.mark.parametrize(("pattern", "name"), SLOW, ids=[p for p, _ in SLOW])
+@pytest.mark.parametrize("where", ["targets", "ignore"])
+def test_slow_patterns_the_heuristic_misses_are_stopped(
+    tmp_path: Path, run: Any, pattern: str, name: str, where: str
+) -> None:
+    targets, ignore = (
+        (["re:" + pattern], None) if where == "targets" else (["Linear"], ["re:" + pattern])
+    )
+    ckpt = ct_checkpoint([name], targets, ignore)
+    start = time.perf_counter()
+    with pytest.raises(PatternError, match="catastrophic backtracking") as info:
+        audit(ckpt)
+    assert time.perf_counter() - start < 0.3 + 0.3
+    assert info.value.where == where
+    path = manifest_file(tmp_path / "m.manifest.json", ckpt)
+    start = time.perf_counter()
+    refused(run("audit", path), 2, "qarm stopped them")
+    assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.usefixtures("fast_budget")
+def test_many_moderately_slow_names_hit_the_total_budget() -> None:
+    """Each name stays under the per-name budget; together they pass the total one."""
+    names = [f"{'a' * 24}{i:04d}" for i in range(2000)]  # ~5 ms each with (a|aa)*b
+    start = time.perf_counter()
+    with pytest.raises(PatternError, match=r"more than 0.6 s in all"):
+        audit(ct_checkpoint(names, ["re:(a|aa)*b"]))
+    assert time.perf_counter() - start < 2.0
+
+
+def test_benign_patterns_are_unaffected_and_the_timer_is_restored() -> None:
+    names = [f"model.layers.{i}.mlp.down_proj" for i in range(200)]
+    before = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL))
+    report = audit(ct_checkpoint(names, ["re:.*down_proj$"]))
+    assert report.refusals  # declared FP8, ships BF16: audited to the end
+    assert (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)) == before
+
+
+def test_the_watchdog_never_touches_a_callers_alarm() -> None:
+    """A caller that uses SIGALRM keeps it: qarm runs unguarded (the heuristic still applies)."""
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        with regex_deadline():
+            assert not matchers_module._WATCH.armed
+            assert FirstMatch(["model"], "targets").first("model.x") == 0
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fired == []
+
+
+def test_outside_the_main_thread_matching_is_unguarded_but_works() -> None:
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(audit(ct_checkpoint(["a.b"], ["re:a"]))))
+    worker.start()
+    worker.join(30)
+    assert out and [(m.module, m.how, m.rule) for m in out[0].modules] == [("a.b", "regex", "re:a")]
+
+
+# -- a manifest of a million rows, broken at the last ----------------------------------------
+
+
+def million_row_manifest(last: Any) -> str:
+    """A valid manifest of 10**6 F32 scalars, whatever its row format, with ``last`` as its last
+    row."""
+    one = json.loads(render_manifest(checkpoint([("t0", "F32", ())], {})))
+    template = one["shards"][0]["tensors"][0]
+    n = 1_000_000
+    if isinstance(template, str):
+        rows: list[Any] = [template.replace("t0", f"t{i}", 1) for i in range(n)]
+    else:
+        rows = [[f"t{i}", *template[1:]] for i in range(n)]
+    rows[-1] = last
+    shard = one["shards"][0]
+    shard["tensors"] = rows
+    shard["size"] = 8 + shard["header_length"] + 4 * n
+    return json.dumps(one)
+
+
+@pytest.mark.parametrize(
+    ("last", "message"),
+    [(42, "malformed tensor row"), ("only-a-name", "malformed tensor row")],
+)
+def test_million_row_manifest_broken_at_the_last_row(
+    tmp_path: Path, run: Any, last: Any, message: str
+) -> None:
+    text = million_row_manifest(last)
+    start = time.perf_counter()
+    with pytest.raises(ManifestError, match=message):
+        parse_manifest(text, "big")
+    assert time.perf_counter() - start < 20
+    path = tmp_path / "big.manifest.json"
+    path.write_text(text)
+    start = time.perf_counter()
+    refused(run("audit", path), 2, message)
+    assert time.perf_counter() - start < 30
