@@ -238,3 +238,35 @@ def test_ct_catastrophic_pattern_is_refused_by_name() -> None:
 def test_ct_broken_pattern_is_refused_by_name() -> None:
     with pytest.raises(PatternError, match="does not compile"):
         resolved(ct({"g": {**FP8_GROUP, "targets": ["re:([a-z"]}}), entries(*MLP), "config.json")
+
+
+def test_wildcard_question_mark_is_a_wildcard_not_a_literal_prefix() -> None:
+    r = resolved(modelopt(excludes=["model.layers.?.mlp.down_proj"]), entries(*MLP))
+    assert how(r, "model.layers.1.mlp.down_proj")[:2] == ("excluded", "wildcard")
+    assert how(r, "model.layers.10.mlp.down_proj")[0] == "NVFP4"  # ? is one character
+
+
+def test_ct_regex_with_an_optional_literal_still_matches() -> None:
+    doc = ct({"g": {**FP8_GROUP, "targets": [r"re:model\.layerss?\.0\.mlp\.down_proj"]}})
+    r = resolved(doc, entries(*MLP), "config.json")
+    assert how(r, "model.layers.0.mlp.down_proj")[:2] == ("g", "regex")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix"),
+    [
+        (r"model\.layers\.3\.mlp", "model.layers.3.mlp"),
+        (r".*q_proj", ""),
+        (r"model\.layers\.\d+", "model.layers."),
+        ("a|b", ""),
+        ("(?i)abc", ""),
+        ("abc?d", "ab"),
+        ("ab+c", "ab"),
+        (r"model\.(a|b)", "model."),
+        (r"x\.y{2}", "x."),
+    ],
+)
+def test_regex_literal_prefix_is_conservative(pattern: str, prefix: str) -> None:
+    from qarm_audit.matchers import regex_prefix
+
+    assert regex_prefix(pattern) == prefix

@@ -1,7 +1,10 @@
-"""Pattern sets compiled once and matched in C: flat in the number of patterns.
+"""Pattern sets matched flat in the number of patterns.
 
 Engines loop over every pattern for every module; an auditor of million-tensor checkpoints
-cannot. Each set compiles to one alternation; the deciding pattern is looked up only on a hit.
+cannot. Each pattern is filed under its literal prefix (what any name it matches must start
+with), so a name is tried only against the few patterns whose prefix it starts with; patterns
+with no literal prefix (``*q_proj``, ``re:.*attn``) share one alternation. The deciding pattern
+is the first, in declaration order, of the candidates that match.
 """
 
 from __future__ import annotations
@@ -35,6 +38,86 @@ def compile_user_regex(pattern: str, where: str) -> re.Pattern[str]:
         raise PatternError(where, f"pattern {pattern!r} does not compile: {exc}") from None
 
 
+def glob_prefix(pattern: str) -> str:
+    """The literal start of a shell wildcard: everything before its first ``*``, ``?`` or ``[``."""
+    for i, char in enumerate(pattern):
+        if char in "*?[":
+            return pattern[:i]
+    return pattern
+
+
+def _top_level_bar(pattern: str) -> bool:
+    depth, i, in_class = 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def regex_prefix(pattern: str) -> str:
+    """The literal text every ``re.match`` of ``pattern`` starts with (possibly empty).
+
+    Conservative: stops at the first metacharacter, drops a literal that a quantifier makes
+    optional, and gives up on a top-level alternation."""
+    if _top_level_bar(pattern):
+        return ""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            if i + 1 >= len(pattern) or pattern[i + 1].isalnum():
+                break  # \d, \w, \b, ...: a class, not a literal
+            literal, step = pattern[i + 1], 2
+        elif char in ".^$*+?{}[]|()":
+            break
+        else:
+            literal, step = char, 1
+        after = pattern[i + step] if i + step < len(pattern) else ""
+        if after in ("*", "?", "{"):
+            break
+        out.append(literal)
+        if after == "+":
+            break
+        i += step
+    return "".join(out)
+
+
+class PrefixIndex:
+    """Pattern numbers filed by literal prefix; a name's candidates in a few dict lookups."""
+
+    def __init__(self, prefixes: Sequence[str]) -> None:
+        self.by_prefix: dict[str, list[int]] = {}
+        for number, prefix in enumerate(prefixes):
+            self.by_prefix.setdefault(prefix, []).append(number)
+        self.lengths = sorted({len(p) for p in self.by_prefix})
+
+    def candidates(self, name: str) -> list[int]:
+        found: list[int] = []
+        get = self.by_prefix.get
+        size = len(name)
+        for length in self.lengths:
+            if length > size:
+                break
+            numbers = get(name[:length])
+            if numbers:
+                found += numbers
+        return found
+
+
 class FirstMatch:
     """The first pattern, in declaration order, that ``re.match``-es a name (start-anchored)."""
 
@@ -42,12 +125,7 @@ class FirstMatch:
         self.patterns = list(patterns)
         self.where = where
         self.compiled = [compile_user_regex(p, where) for p in self.patterns]
-        self._any: re.Pattern[str] | None = None
-        if self.patterns:
-            try:
-                self._any = re.compile("|".join(f"(?:{p})" for p in self.patterns))
-            except re.error:
-                self._any = None  # back-references across groups: fall back to the loop
+        self.index = PrefixIndex([regex_prefix(p) for p in self.patterns])
 
     def first(self, name: str) -> int | None:
         """Index of the first matching pattern, or None (under :func:`regex_deadline`)."""
@@ -65,11 +143,9 @@ class FirstMatch:
             watch.current = None
 
     def _first(self, name: str) -> int | None:
-        if self._any is not None and not self._any.match(name):
-            return None
-        for i, pattern in enumerate(self.compiled):
-            if pattern.match(name):
-                return i
+        for number in sorted(self.index.candidates(name)):
+            if self.compiled[number].match(name):
+                return number
         return None
 
 
@@ -159,15 +235,19 @@ class WildcardSet:
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = list(patterns)
-        translated = [fnmatch.translate(p) for p in self.patterns]
-        self._any = re.compile("|".join(translated)) if translated else None
+        self.compiled: dict[int, re.Pattern[str]] = {}
+        """Compiled on first use: most patterns are never a candidate for any name."""
+        self.index = PrefixIndex([glob_prefix(p) for p in self.patterns])
 
     def first(self, name: str) -> str | None:
-        if self._any is None or not self._any.match(name):
-            return None
-        for pattern in self.patterns:
-            if fnmatch.fnmatchcase(name, pattern):
-                return pattern
+        for number in sorted(self.index.candidates(name)):
+            compiled = self.compiled.get(number)
+            if compiled is None:
+                compiled = self.compiled[number] = re.compile(
+                    fnmatch.translate(self.patterns[number])
+                )
+            if compiled.match(name):
+                return self.patterns[number]
         return None
 
 
