@@ -169,3 +169,16 @@ def test_resolver_gives_every_module_exactly_one_membership(
         )
         resolution = resolve(declaration, inventory)
         assert set(resolution.memberships) == set(inventory)
+
+
+@FAST
+@given(
+    st.lists(st.text(alphabet="ab.c1", min_size=1, max_size=5), min_size=1, max_size=8),
+    st.text(alphabet="ab.c1x", max_size=14),
+)
+def test_the_trie_regex_finds_exactly_the_words_that_occur(words: list[str], text: str) -> None:
+    import re
+
+    from qarm_audit.matchers import trie_regex
+
+    assert bool(re.compile(trie_regex(words)).search(text)) == any(w in text for w in words)

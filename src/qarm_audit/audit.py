@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from functools import cache
 from math import prod
 from typing import TYPE_CHECKING
@@ -37,6 +35,7 @@ from .report.model import (
     Totals,
 )
 from .resolver import EXCLUDED, UNLISTED, Membership, resolve
+from .runtime import collector_paused
 from .sources import Checkpoint, open_source
 from .spelling import Spelling
 
@@ -84,7 +83,7 @@ def audit(
         capability = parse_gpu(gpu) if gpu else None
     except ValueError as exc:
         raise UsageError("--gpu", str(exc)) from None
-    with _collector_paused():
+    with collector_paused():
         checkpoint = (
             source
             if isinstance(source, Checkpoint)
@@ -213,19 +212,6 @@ def _module_rows(
 
 
 _MODULE_ROWS = TypeAdapter(list[ModuleRow])
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """An audit allocates millions of acyclic objects (entries, modules, rows); the cyclic
-    collector's passes over them are pure overhead, up to half the time of a large audit."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _declaration_refusals(declaration: Declaration, checkpoint: Checkpoint) -> list[Finding]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import SourceSpecError
+from ..runtime import collector_paused
 from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
 from .local import LocalBytes, read_folder, read_local_shard, read_text
 from .manifest import is_manifest_text, read_manifest, render_manifest, write_manifest
@@ -43,6 +44,11 @@ def open_source(
 
     ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub.py``.
     """
+    with collector_paused():
+        return _open(spec, require_pinned, observer)
+
+
+def _open(spec: str, require_pinned: bool, observer: HubObserver | None) -> Checkpoint:
     path = Path(spec)
     if path.is_dir():
         return read_folder(path, spec)

@@ -1,0 +1,24 @@
+"""Process-level settings for large audits."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector inside the block (re-entrant).
+
+    Reading and auditing a checkpoint allocates millions of acyclic objects (header entries,
+    modules, rows); the collector's passes over them are pure overhead, up to half the time of
+    a million-tensor audit. Reference counting still frees everything as usual.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
