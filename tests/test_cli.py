@@ -100,3 +100,19 @@ def test_module_entry_point_and_console_script() -> None:
         [sys.executable, "-m", "qarm_audit", "--version"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "qarm" in done.stdout
+
+
+def test_markdown_folds_a_flood_of_one_finding_code(tmp_path: Path, run) -> None:
+    from conftest import nvfp4_modelopt
+
+    t = llama(layers=8, spell=nvfp4_modelopt)  # NVFP4 declared W4A4, no input_scale anywhere
+    path = write_checkpoint(
+        tmp_path / "c",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("NVFP4", ["lm_head"])},
+    )
+    result = run("audit", path, "-f", "markdown", "--engine", "name-probe")
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| `operand-missing`")]
+    assert len(rows) == 26 and "31 more (every row is in the JSON)" in rows[-1]
+    report = json.loads(run("audit", path, "-f", "json", "--engine", "name-probe").stdout)
+    assert len([r for r in report["refusals"] if r["code"] == "operand-missing"]) == 56

@@ -181,12 +181,22 @@ def _findings(title: str, rows: list[FindingRow]) -> list[str]:
         "| code | module | tensor | message |",
         "|---|---|---|---|",
     ]
-    out += [
-        f"| `{r.code}` | `{_cell(r.module)}` | `{_cell(r.tensor)}` | {_cell(r.message)} |"
-        for r in rows
-    ]
+    shown: dict[str, int] = {}
+    for r in rows:
+        shown[r.code] = shown.get(r.code, 0) + 1
+        if shown[r.code] <= PER_CODE:
+            out.append(
+                f"| `{r.code}` | `{_cell(r.module)}` | `{_cell(r.tensor)}` | {_cell(r.message)} |"
+            )
+    for code, count in shown.items():
+        if count > PER_CODE:
+            out.append(f"| `{code}` | … | | {count - PER_CODE} more (every row is in the JSON) |")
     out += ["", "</details>"]
     return out
+
+
+PER_CODE = 25
+"""Rows of one finding code a PR description shows; a MoE can refuse a hundred thousand."""
 
 
 def _ignored(rows: list[IgnoredRow]) -> list[str]:
