@@ -109,10 +109,9 @@ class _Excludes:
         wildcard = self.wildcard.first(engine_name)
         if wildcard is not None:
             return "wildcard", wildcard
-        stripped = engine_name.removeprefix("language_model.")
-        substring = self.substring.first(engine_name) or (
-            self.substring.first(stripped) if stripped != engine_name else None
-        )
+        # vLLM also tries the name without "language_model."; an entry inside that suffix is
+        # inside the whole name too, so one pass decides both.
+        substring = self.substring.first(engine_name)
         if substring is not None:
             return "substring", self.origin.get(substring, substring)
         return None
