@@ -593,3 +593,37 @@ def test_bench_runs_at_a_tiny_size(monkeypatch: Any) -> None:
     assert result["bytes_ratio"] <= 1.05
     assert result["qarm"]["round_trips"] <= result["round_trip_floor"] + 3
     assert "round trips" in out.getvalue()
+
+
+# -- --probe-scalars through range reads ----------------------------------------------------
+
+
+def test_probe_scalars_reads_the_few_scale_bytes_by_range(hub: Any, tmp_path: Path) -> None:
+    import struct
+
+    from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
+    from qarm_audit import audit
+
+    tensors: dict[str, Any] = dict(llama(layers=1, spell=nvfp4_modelopt))
+    zero = "model.layers.0.mlp.down_proj.weight_scale_2"
+    tensors[zero] = ("F32", (), struct.pack("<f", 0.0))
+    folder = write_checkpoint(
+        tmp_path / "probe",
+        {"model.safetensors": tensors},
+        {"hf_quant_config.json": modelopt_file("W4A16_NVFP4", ["lm_head"])},
+    )
+    spec = RepoSpec.from_folder("org/probe", folder)
+    server = hub(spec)
+    local = audit(str(folder), probe_scalars=True, engine="name-probe")
+    server.reset_counters()
+    remote = audit(f"org/probe@{spec.sha}", probe_scalars=True, engine="name-probe")
+    assert remote.probe is not None and remote.probe.available
+    flagged = [(r.code, r.tensor) for r in remote.refusals]
+    assert ("scale-zero", zero) in flagged  # (the other scales are zero-filled too)
+    assert flagged == [(r.code, r.tensor) for r in local.refusals]
+    assert remote.probe.model_dump() == local.probe.model_dump()
+    path = shard_path("org/probe", spec.sha, "model.safetensors")
+    header = 8 + header_length(folder / "model.safetensors")
+    # the header read, then one small range read per scalar: never the weights
+    assert server.bytes_by_path[path] == header + remote.probe.bytes_read
+    assert remote.probe.bytes_read == 4 * remote.probe.tensors_read  # one F32 each

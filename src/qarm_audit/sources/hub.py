@@ -325,13 +325,15 @@ class _Reader:
         hint = _header_bytes_hint(info.safetensors, shards)
         estimator = _Estimator(names_by_shard, hint, shards=len(shards))
         cache = _HeaderCache.for_sha(ctx.repo, sha)
-        headers = _HeaderFetcher(ctx, self.watch, estimator, cache, self.timeout).fetch(shards)
+        fetcher = _HeaderFetcher(ctx, self.watch, estimator, cache, self.timeout)
+        headers = fetcher.fetch(shards)
         cache.finish(None if ctx.revision.lower() == sha else ctx.revision, names, shards)
         return Checkpoint(
             origin=Origin("hub", ctx.location, repo=ctx.repo, revision=sha),
             documents=documents,
             index_text=index_text,
             shards=tuple(headers),
+            read_bytes=_TensorBytes(fetcher, {shard.file: shard for shard in shards}),
         )
 
     def _documents(self, names: list[str]) -> dict[str, str]:
@@ -512,6 +514,26 @@ def _suffix(name: str) -> str:
 
 
 # -- header reads ---------------------------------------------------------------------------
+
+
+TENSOR_READ_CAP = 64 * 1024
+"""Largest single read of tensor bytes (``--probe-scalars`` asks for a few bytes at a time)."""
+
+
+class _TensorBytes:
+    """``read_bytes`` for ``--probe-scalars``: checked range reads at the pinned sha, bounded."""
+
+    def __init__(self, fetcher: _HeaderFetcher, shards: dict[str, _Shard]) -> None:
+        self.fetcher = fetcher
+        self.shards = shards
+
+    def __call__(self, file: str, start: int, length: int) -> bytes:
+        shard = self.shards.get(file)
+        if shard is None:
+            raise SourceSpecError(file, "is not a shard of this checkpoint")
+        if length <= 0 or length > TENSOR_READ_CAP or start < 0 or start + length > shard.size:
+            raise UsageError(file, f"a read of {length} bytes at {start} is out of bounds")
+        return self.fetcher._range(shard, start, start + length - 1)
 
 
 class _HeaderFetcher:
