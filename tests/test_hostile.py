@@ -594,3 +594,30 @@ def test_million_row_manifest_broken_at_the_last_row(
     start = time.perf_counter()
     refused(run("audit", path), 2, message)
     assert time.perf_counter() - start < 30
+
+
+def test_a_name_twice_in_one_in_memory_shard_is_a_named_error() -> None:
+    """Found by fuzzing the library API: a Checkpoint built in memory (no header or manifest
+    parser to refuse the duplicate) made the bucket sum fail with an AssertionError."""
+    from qarm_audit import audit
+    from qarm_audit.errors import IntegrityError
+    from qarm_audit.sources.checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
+
+    twice = (TensorEntry("m.weight", "F32", (1,), 0, 4), TensorEntry("m.weight", "F32", (1,), 4, 8))
+    shard = ShardHeader("model.safetensors", 8 + 8 + 8, 8, None, twice)
+    with pytest.raises(IntegrityError, match="also in this shard: duplicate name"):
+        audit(Checkpoint(Origin("local", "x"), {}, None, (shard,)), engine="name-probe")
+
+
+def test_names_that_split_alike_are_a_named_error_not_a_lost_tensor(tmp_path: Path) -> None:
+    """Found by fuzzing: "a" and ".a" both split into module "" and operand "a"; one was
+    silently dropped and the bucket sum failed with an AssertionError."""
+    from conftest import write_checkpoint
+    from qarm_audit import audit
+    from qarm_audit.errors import IntegrityError
+
+    path = write_checkpoint(
+        tmp_path / "c", {"model.safetensors": {"a": ("F32", (1,)), ".a": ("F32", (1,))}}
+    )
+    with pytest.raises(IntegrityError, match="cannot be told apart"):
+        audit(str(path), engine="name-probe")

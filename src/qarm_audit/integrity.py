@@ -32,11 +32,13 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
         first: dict[str, str] = {}
         for shard in checkpoint.shards:
             for entry in shard.tensors:
-                previous = first.setdefault(entry.name, shard.file)
-                if previous != shard.file:
+                previous = first.get(entry.name)
+                if previous is not None:
+                    where = "this shard" if previous == shard.file else previous
                     raise IntegrityError(
-                        shard.file, f"tensor {entry.name!r} is also in {previous}: duplicate name"
+                        shard.file, f"tensor {entry.name!r} is also in {where}: duplicate name"
                     )
+                first[entry.name] = shard.file
     tensor_bytes = sum(shard.data_length for shard in checkpoint.shards)
     shards = [
         ShardCheck(

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
+from .errors import IntegrityError
 from .operands import KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
 from .sources.checkpoint import TensorEntry
 
@@ -78,6 +79,13 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
         operands = table.get(module)
         if operands is None:
             operands = table[module] = {}
+        elif operand in operands:
+            # distinct names can split alike ("a" and ".a"); losing one would go unaudited
+            raise IntegrityError(
+                entry.name,
+                f"splits into module {module!r} and operand {operand!r}, as "
+                f"{operands[operand].name!r} does; the two cannot be told apart",
+            )
         operands[operand] = entry
     modules: dict[str, ModuleInfo] = {}
     for module, operands in table.items():
