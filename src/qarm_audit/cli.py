@@ -415,24 +415,33 @@ def _engine_options(function: _Command) -> _Command:
     return function
 
 
+def _view_options(format_help: str, what: str) -> Callable[[_Command], _Command]:
+    """``-f/--format`` and ``-o/--output`` for the commands that render one view."""
+
+    def add(function: _Command) -> _Command:
+        function = click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help=f"Write the {what} here instead of standard output.",
+        )(function)
+        return click.option(
+            "-f",
+            "--format",
+            "fmt",
+            type=click.Choice(VIEW_FORMATS),
+            default="table",
+            show_default=True,
+            help=format_help,
+        )(function)
+
+    return add
+
+
 @cli.command("diff", short_help="Compare two checkpoints: names, dtypes, shapes, declarations.")
 @click.argument("a")
 @click.argument("b")
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(VIEW_FORMATS),
-    default="table",
-    show_default=True,
-    help="Report format (JSON keeps every row; the others group and count).",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report here instead of standard output.",
-)
+@_view_options("Report format (JSON keeps every row; the others group and count).", "report")
 @_engine_options
 def diff_command(
     a: str,
@@ -470,21 +479,7 @@ def diff_command(
 @cli.command("explain", short_help="Explain how one module or tensor of SOURCE resolves.")
 @click.argument("source")
 @click.argument("name")
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(VIEW_FORMATS),
-    default="table",
-    show_default=True,
-    help="Report format.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the explanation here instead of standard output.",
-)
+@_view_options("Report format.", "explanation")
 @_engine_options
 def explain_command(
     source: str,
