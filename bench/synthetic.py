@@ -223,7 +223,9 @@ def build(name: str, family: str = "modelopt", patterns: int = 500) -> Checkpoin
             )
         )
     total = sum(s.data_length for s in shards)
-    index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+    # as transformers writes it (a manifest then stores the index as a rule over the headers)
+    document = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    index = json.dumps(document, indent=2, sort_keys=True) + "\n"
     return Checkpoint(
         origin=Origin("manifest", name), documents=documents, index_text=index, shards=tuple(shards)
     )

@@ -13,6 +13,7 @@ from qarm_audit import audit
 from qarm_audit.errors import HeaderError, ManifestError
 from qarm_audit.report import render_json, render_markdown
 from qarm_audit.sources import open_source, render_manifest, write_manifest
+from qarm_audit.sources.index import index_text_of
 
 
 def sharded(tmp_path: Path) -> Path:
@@ -47,7 +48,7 @@ def test_round_trip_is_exact_and_audits_identically(tmp_path: Path, run) -> None
     original = open_source(str(folder))
     loaded = open_source(str(out))
     assert loaded.documents == original.documents
-    assert loaded.index_text == original.index_text
+    assert index_text_of(loaded) == index_text_of(original) == original.index_text
     assert loaded.shards == original.shards
     assert render_manifest(loaded) == out.read_text()
     assert without_source(audit(str(out))) == without_source(audit(str(folder)))
@@ -137,3 +138,86 @@ def test_reports_are_byte_identical_and_leak_no_absolute_path(
     assert render_json(audit("ckpt")) == render_json(audit("ckpt"))
     assert render_markdown(audit("ckpt")) == render_markdown(audit("ckpt"))
     assert str(tmp_path) not in render_json(audit("ckpt")) + render_markdown(audit("ckpt"))
+
+
+# --- the index as a rule over the headers ---------------------------------------------------
+
+
+def _rewrite_index(folder: Path, transform) -> str:
+    path = folder / "model.safetensors.index.json"
+    text = transform(json.loads(path.read_text()))
+    path.write_text(text)
+    return text
+
+
+@pytest.mark.parametrize(
+    ("style", "derived"),
+    [
+        ("transformers", True),  # indent 2, sorted keys, final newline
+        ("no-final-newline", True),  # compressed-tensors' converter
+        ("indent-1", False),
+        ("unsorted", False),
+        ("extra-key", True),
+    ],
+)
+def test_index_is_stored_as_a_rule_only_when_it_reproduces_the_text(
+    tmp_path: Path, style: str, derived: bool
+) -> None:
+    folder = sharded(tmp_path)
+
+    def transform(document: dict) -> str:
+        if style == "indent-1":
+            return json.dumps(document, indent=1, sort_keys=True)
+        if style == "unsorted":
+            document["weight_map"] = dict(reversed(document["weight_map"].items()))
+            return json.dumps(document, indent=2)
+        if style == "extra-key":
+            document["metadata"]["total_parameters"] = 7
+        tail = "" if style == "no-final-newline" else "\n"
+        return json.dumps(document, indent=2, sort_keys=True) + tail
+
+    text = _rewrite_index(folder, transform)
+    out = tmp_path / "m.manifest.json"
+    write_manifest(open_source(str(folder)), out)
+    written = out.read_text()
+    assert ('"weight_map": "from the shards"' in written) is derived
+    assert ('model.layers.0.mlp.down_proj.weight\\":' in written) is not derived
+    loaded = open_source(str(out))
+    assert index_text_of(loaded) == text
+    assert render_manifest(loaded) == written
+    assert without_source(audit(str(out))) == without_source(audit(str(folder)))
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {"weight_map": "from the shards", "rest": {}, "tail": "\r\n"},
+        {"weight_map": "something else", "rest": {}, "tail": ""},
+        {"weight_map": "from the shards", "rest": {"weight_map": {}}, "tail": ""},
+        {"weight_map": "from the shards", "rest": [], "tail": ""},
+        {"weight_map": "from the shards", "rest": {}},
+        {"weight_map": "from the shards", "rest": {}, "tail": "", "more": 1},
+    ],
+)
+def test_a_malformed_index_rule_is_a_named_manifest_error(tmp_path: Path, index: dict) -> None:
+    out = tmp_path / "m.manifest.json"
+    write_manifest(open_source(str(sharded(tmp_path))), out)
+    document = json.loads(out.read_text())
+    document["index"] = index
+    out.write_text(json.dumps(document))
+    with pytest.raises(ManifestError, match="an index object must be"):
+        open_source(str(out))
+
+
+def test_a_rule_index_carries_its_metadata_into_the_integrity_check(tmp_path: Path) -> None:
+    folder = sharded(tmp_path)
+    _rewrite_index(
+        folder,
+        lambda d: json.dumps({**d, "metadata": {"total_size": 5}}, indent=2, sort_keys=True),
+    )
+    out = tmp_path / "m.manifest.json"
+    write_manifest(open_source(str(folder)), out)
+    assert '"weight_map": "from the shards"' in out.read_text()
+    report = audit(str(out))
+    assert report.integrity is not None and report.integrity.total_size == 5
+    assert "index-total-size" in [w.code for w in report.warnings]

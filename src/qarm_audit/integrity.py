@@ -10,7 +10,7 @@ from .errors import IntegrityError, ShardIndexError
 from .findings import Finding, finding
 from .report.model import IntegrityInfo, ShardCheck
 from .sources.checkpoint import INDEX_FILE, Checkpoint
-from .sources.index import parse_index
+from .sources.index import header_owners, load_index
 
 VERIFICATION = (
     "semantic: every header parsed; data_offsets contiguous from 0 with no overlap or hole; "
@@ -27,7 +27,7 @@ def _names(items: list[str], limit: int = 3) -> str:
 def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[Finding]]:
     if not checkpoint.shards:
         return None, []
-    owner = {entry.name: shard.file for shard in checkpoint.shards for entry in shard.tensors}
+    owner = header_owners(checkpoint)
     if len(owner) != sum(len(shard.tensors) for shard in checkpoint.shards):
         first: dict[str, str] = {}
         for shard in checkpoint.shards:
@@ -57,8 +57,8 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
     findings: list[Finding] = []
     index_line: str | None = None
     total_size: int | None = None
-    if checkpoint.index_text is not None:
-        index = parse_index(checkpoint.index_text)
+    index = load_index(checkpoint, owner)
+    if index is not None:
         listed = set(index.shard_files)
         present = {s.file for s in checkpoint.shards}
         missing = sorted(listed - present)
@@ -69,7 +69,8 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
         unindexed = sorted(present - listed)
         if unindexed:
             raise ShardIndexError(INDEX_FILE, f"does not name shards {_names(unindexed)}")
-        agree = index.weight_map == owner  # one C-level comparison; details only on failure
+        # one C-level comparison (none for a derived index); details only on failure
+        agree = index.weight_map is owner or index.weight_map == owner
         wrong = [] if agree else sorted(n for n, f in index.weight_map.items() if owner.get(n) != f)
         if wrong:
             detail = [

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .index import ShardIndex
 
 DECLARATION_FILES = ("config.json", "hf_quant_config.json", "quantization_config.json")
 """Documents that can declare a quantization, read verbatim when present."""
@@ -61,6 +64,20 @@ class Origin:
 
 
 @dataclass(frozen=True)
+class DerivedIndex:
+    """An index whose text is exactly what ``transformers`` writes for these shards:
+    ``json.dumps({**rest, "weight_map": {name: shard, ...}}, indent=2, sort_keys=True)`` plus
+    ``tail``, with one weight_map entry per header name. A manifest stores this instead of the
+    text when the two are byte-identical (checked when it is written), so index and headers
+    agree by construction and a million names are not stored, or parsed, twice."""
+
+    rest: dict[str, Any]
+    """Every top-level key of the index but ``weight_map`` (usually ``metadata``)."""
+    tail: str
+    """``"\\n"`` or ``""``: what follows the JSON."""
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """Declaration documents verbatim, the index verbatim, and every shard header."""
 
@@ -68,11 +85,17 @@ class Checkpoint:
     documents: dict[str, str] = field(default_factory=dict)
     """File name -> verbatim text, for the files in :data:`DECLARATION_FILES` that exist."""
     index_text: str | None = None
-    """``model.safetensors.index.json`` verbatim, or None for a single-file checkpoint."""
+    """``model.safetensors.index.json`` verbatim, or None for a single-file checkpoint (or when
+    ``derived_index`` stands for it)."""
     shards: tuple[ShardHeader, ...] = ()
     read_bytes: ReadBytes | None = field(default=None, compare=False, repr=False)
     """Range reads of tensor bytes, or None where there are none (a manifest, a declaration).
     Never called by a plain audit: without ``--probe-scalars`` only headers are read."""
+    derived_index: DerivedIndex | None = None
+    """The index as a rule over the headers, from a manifest; see :class:`DerivedIndex`."""
+    parsed_index: ShardIndex | None = field(default=None, compare=False, repr=False)
+    """``index_text`` as the source already parsed it (to find the shards), kept so the
+    integrity check does not parse a million names again."""
 
     @property
     def has_weights(self) -> bool:

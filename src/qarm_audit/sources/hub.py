@@ -73,7 +73,7 @@ from ..errors import (
 )
 from .checkpoint import DECLARATION_FILES, INDEX_FILE, SINGLE_FILE, Checkpoint, Origin, ShardHeader
 from .header import DTYPE_BITS, length_prefix, parse_header
-from .index import check_shard_name, parse_index
+from .index import ShardIndex, check_shard_name, parse_index
 from .local import read_text
 
 __all__ = [
@@ -295,6 +295,7 @@ class _Reader:
         documents = {n: texts[n] for n in DECLARATION_FILES if n in texts}
         index_text = texts.get(INDEX_FILE)
         names_by_shard: dict[str, list[str]] | None = None
+        index: ShardIndex | None = None
         if index_text is not None:
             index = parse_index(index_text)
             shard_files = index.shard_files
@@ -334,6 +335,7 @@ class _Reader:
             index_text=index_text,
             shards=tuple(headers),
             read_bytes=_TensorBytes(fetcher, {shard.file: shard for shard in shards}),
+            parsed_index=index,
         )
 
     def _documents(self, names: list[str]) -> dict[str, str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import HeaderError, ShardIndexError
-from .checkpoint import INDEX_FILE
+from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex
 from .header import loads_strict
 
 
@@ -32,6 +34,10 @@ def parse_index(text: str, where: str = INDEX_FILE) -> ShardIndex:
     weight_map = document.get("weight_map")
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise ShardIndexError(where, "weight_map must map tensor names to shard file names")
+    return _index(document, weight_map, where)
+
+
+def _index(document: dict[str, Any], weight_map: dict[str, str], where: str) -> ShardIndex:
     for shard in dict.fromkeys(weight_map.values()):
         check_shard_name(shard, where)
     total_size: int | None = None
@@ -61,3 +67,60 @@ def check_shard_name(name: str, where: str) -> None:
         raise ShardIndexError(where, f"shard file name {name!r} is not a plain relative name")
     if not name.endswith(".safetensors"):
         raise ShardIndexError(where, f"shard file name {name!r} does not end in .safetensors")
+
+
+def render_derived(derived: DerivedIndex, weight_map: dict[str, str]) -> str:
+    """The index text a :class:`DerivedIndex` stands for, given every header name's shard."""
+    document = {**derived.rest, "weight_map": weight_map}
+    return json.dumps(document, indent=2, sort_keys=True) + derived.tail
+
+
+def header_owners(checkpoint: Checkpoint) -> dict[str, str]:
+    """Every header name -> the shard whose header lists it (the last one, for a duplicate)."""
+    owner: dict[str, str] = {}
+    for shard in checkpoint.shards:
+        owner.update(dict.fromkeys([entry[0] for entry in shard.tensors], shard.file))
+    return owner
+
+
+def derive_index(checkpoint: Checkpoint) -> DerivedIndex | None:
+    """The checkpoint's index as a :class:`DerivedIndex`, when its text is exactly the one
+    ``transformers`` writes for these headers; None otherwise (the text is then kept)."""
+    if checkpoint.derived_index is not None:
+        return checkpoint.derived_index
+    text = checkpoint.index_text
+    if text is None:
+        return None
+    try:
+        document = loads_strict(text, INDEX_FILE)
+    except HeaderError:
+        return None
+    if not isinstance(document, dict) or "weight_map" not in document:
+        return None
+    owner = header_owners(checkpoint)
+    if len(owner) != sum(len(shard.tensors) for shard in checkpoint.shards):
+        return None  # a name twice: keep the text, let the integrity check name it
+    rest = {key: value for key, value in document.items() if key != "weight_map"}
+    for tail in ("\n", ""):
+        derived = DerivedIndex(rest=rest, tail=tail)
+        if render_derived(derived, owner) == text:
+            return derived
+    return None
+
+
+def index_text_of(checkpoint: Checkpoint) -> str | None:
+    """The index text verbatim, whichever way the checkpoint holds it."""
+    if checkpoint.derived_index is not None:
+        return render_derived(checkpoint.derived_index, header_owners(checkpoint))
+    return checkpoint.index_text
+
+
+def load_index(checkpoint: Checkpoint, owner: dict[str, str]) -> ShardIndex | None:
+    """The checkpoint's index, parsed once; ``owner`` is :func:`header_owners`."""
+    if checkpoint.parsed_index is not None:
+        return checkpoint.parsed_index
+    if checkpoint.index_text is not None:
+        return parse_index(checkpoint.index_text)
+    if checkpoint.derived_index is not None:
+        return _index(checkpoint.derived_index.rest, owner, INDEX_FILE)
+    return None

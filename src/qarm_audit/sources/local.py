@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import FetchError, ShardIndexError, SourceSpecError
 from .checkpoint import DECLARATION_FILES, INDEX_FILE, SINGLE_FILE, Checkpoint, Origin, ShardHeader
 from .header import HEADER_CAP, length_prefix, parse_header
-from .index import parse_index
+from .index import ShardIndex, parse_index
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
@@ -128,10 +128,12 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         if _present(candidate, name):
             documents[name] = read_text(_contained(candidate, allowed, name), name)
     index_text: str | None = None
+    index: ShardIndex | None = None
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
         index_text = read_text(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
-        shard_files = parse_index(index_text).shard_files
+        index = parse_index(index_text)
+        shard_files = index.shard_files
     elif _present(root / SINGLE_FILE, SINGLE_FILE):
         shard_files = [SINGLE_FILE]
     else:
@@ -150,4 +152,5 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         index_text=index_text,
         shards=tuple(shards),
         read_bytes=LocalBytes(root, allowed, frozenset(shard_files)),
+        parsed_index=index,
     )

@@ -5,7 +5,8 @@ Layout (JSON, one tensor per line, documents as lists of lines so reviews diff l
     {"format": "qarm-manifest/2",
      "origin": {"repo": ..., "revision": ...},
      "documents": {"config.json": ["{", "  ...", "}", ""]},
-     "index": ["{", ...] or null,
+     "index": ["{", ...] or {"weight_map": "from the shards", "rest": {...}, "tail": "\\n"}
+              or null,
      "shards": [
       {"file": ..., "size": ..., "header_length": ..., "metadata": {...} or null,
        "remote_sha256": ... or null,
@@ -16,6 +17,10 @@ Layout (JSON, one tensor per line, documents as lists of lines so reviews diff l
 Tensor rows are listed in data order; each one's ``data_offsets`` follow from the sizes before
 it, because a valid shard's data is contiguous from 0 (checked before any manifest is written).
 A row whose name holds a tab is written as ``["name", "DTYPE", [dims]]`` instead.
+
+The index is written as an object instead of lines when its text is exactly what
+``transformers`` writes for these headers (see :class:`~.checkpoint.DerivedIndex`): a million
+names are then not stored twice, and index and headers agree by construction.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ import gzip
 import json
 import os
 import tempfile
-from itertools import accumulate
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any
 
 from ..errors import FetchError, HeaderError, ManifestError
-from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
+from .checkpoint import Checkpoint, DerivedIndex, Origin, ShardHeader, TensorEntry
 from .header import BITS_LIMIT, DTYPE_BITS, MAX_DIM, loads_strict
-from .index import check_shard_name
+from .index import check_shard_name, derive_index
 
 FORMAT = "qarm-manifest/2"
+DERIVED = "from the shards"
+"""The ``weight_map`` value of an index written as a rule (see :class:`DerivedIndex`)."""
 MANIFEST_CAP = 2 * 1024 * 1024 * 1024
 
 
@@ -79,8 +86,7 @@ def render_manifest(checkpoint: Checkpoint) -> str:
         comma = "," if i < len(docs) - 1 else ""
         out.append(f" {_dump(name)}: {_lines(text)}{comma}")
     out.append("},")
-    index = "null" if checkpoint.index_text is None else _lines(checkpoint.index_text)
-    out.append(f'"index": {index},')
+    out.append(f'"index": {_index(checkpoint)},')
     out.append('"shards": [')
     for s, shard in enumerate(checkpoint.shards):
         head = {
@@ -95,6 +101,14 @@ def render_manifest(checkpoint: Checkpoint) -> str:
         out.append(" " + _dump(head)[:-1] + ', "tensors": ' + _rows(ordered) + "}" + comma)
     out.append("]}")
     return "\n".join(out) + "\n"
+
+
+def _index(checkpoint: Checkpoint) -> str:
+    derived = derive_index(checkpoint)
+    if derived is not None:
+        rule = {"weight_map": DERIVED, "rest": derived.rest, "tail": derived.tail}
+        return json.dumps(rule, ensure_ascii=True, sort_keys=True)
+    return "null" if checkpoint.index_text is None else _lines(checkpoint.index_text)
 
 
 def _data_order(entry: TensorEntry) -> tuple[int, int, str]:
@@ -173,7 +187,11 @@ def parse_manifest(text: str, location: str) -> Checkpoint:
         raise ManifestError(location, "documents must be an object")
     documents = {name: _text(lines, f"{location}: {name}") for name, lines in documents_raw.items()}
     index_raw = document.get("index")
-    index_text = None if index_raw is None else _text(index_raw, f"{location}: index")
+    derived = None
+    if isinstance(index_raw, dict):
+        derived, index_text = _derived(index_raw, f"{location}: index"), None
+    else:
+        index_text = None if index_raw is None else _text(index_raw, f"{location}: index")
     shards_raw = document.get("shards")
     if not isinstance(shards_raw, list):
         raise ManifestError(location, "shards must be a list")
@@ -183,7 +201,25 @@ def parse_manifest(text: str, location: str) -> Checkpoint:
         documents=documents,
         index_text=index_text,
         shards=shards,
+        derived_index=derived,
     )
+
+
+def _derived(raw: dict[str, Any], where: str) -> DerivedIndex:
+    rest, tail = raw.get("rest"), raw.get("tail")
+    if (
+        set(raw) != {"weight_map", "rest", "tail"}
+        or raw["weight_map"] != DERIVED
+        or not isinstance(rest, dict)
+        or "weight_map" in rest
+        or tail not in ("\n", "")
+    ):
+        raise ManifestError(
+            where,
+            f'an index object must be {{"weight_map": "{DERIVED}", "rest": {{...}}, '
+            '"tail": "\\n" or ""}, with no weight_map in rest',
+        )
+    return DerivedIndex(rest=rest, tail=tail)
 
 
 def _shard(raw: Any, location: str) -> ShardHeader:
@@ -221,7 +257,9 @@ def _shard(raw: Any, location: str) -> ShardHeader:
             "bytes (8 + header + data must equal the file size)",
         )
     begins = [0, *ends[:-1]] if ends else []
-    entries = tuple(map(TensorEntry._make, zip(names, dtypes, shapes, begins, ends, strict=True)))
+    fields = zip(names, dtypes, shapes, begins, ends, strict=True)
+    # tuple.__new__ builds each entry in C (TensorEntry._make is a Python call per row)
+    entries = tuple(map(tuple.__new__, repeat(TensorEntry), fields))
     return ShardHeader(
         file=file,
         size=size,
@@ -303,4 +341,4 @@ def _sizes(
                 where, f"tensor {name!r}: {numel} elements of {dtype} do not end on a byte"
             )
         table[key] = numel * bits // 8
-    return [table[key] for key in zip(dtypes, shapes, strict=True)]
+    return list(map(table.__getitem__, zip(dtypes, shapes, strict=True)))
