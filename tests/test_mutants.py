@@ -1368,7 +1368,7 @@ def test_check_all_on_modules_built_by_hand_without_a_layout() -> None:
     )
     plain = ModuleInfo("a.x", {W: TensorEntry("a.x.weight", "BF16", (8, 8), 0, 0)}, "linear")
     fp8 = ModuleInfo("b.x", {W: TensorEntry("b.x.weight", "F8_E4M3", (8, 8), 0, 0)}, "linear")
-    assert plain.layout == fp8.layout == ()
+    assert plain.layout == fp8.layout == 0
     unlisted = Membership("unlisted", "none")
     spellings, found = check_all(
         declaration, {"a.x": plain, "b.x": fp8}, {"a.x": unlisted, "b.x": unlisted}

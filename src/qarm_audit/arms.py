@@ -16,7 +16,7 @@ from .crosscheck import contract
 from .declarations import Declaration, Scheme
 from .engines.profile import Profile, View, select, uses_gpu
 from .findings import Finding, finding
-from .inventory import FUSED_SHARDS, ModuleInfo
+from .inventory import FUSED_SHARDS, ModuleInfo, layout_key
 from .operands import OperandKind, classify_operand
 from .report.model import ArmRow, RoutingMove
 from .resolver import EXCLUDED, UNLISTED, Membership
@@ -190,6 +190,8 @@ class Decider:
 
     def marks(self, module: str) -> tuple[bool, ...]:
         """Which of the profile's ``module_contains`` strings the name holds."""
+        if not self._contains:
+            return ()
         return tuple(s in module for s in self._contains)
 
     def decide(self, view: View, cap: int | None) -> ArmDecision:
@@ -296,7 +298,7 @@ def arm_rows(
         spelling = spellings.get(name)
         if not membership.declared_quantized or spelling is None or info.kind != "linear":
             continue
-        key = (membership.bucket, spelling, info.layout, decider.marks(name))
+        key = (membership.bucket, spelling, layout_key(info), decider.marks(name))
         known = seen.get(key)
         if known is None:
             view = make_view(

@@ -17,7 +17,7 @@ from .engines.profile import ROUTINGS, Profile, load_profile, resolve_env
 from .errors import UsageError
 from .findings import Finding, Severity, finding
 from .integrity import check_integrity
-from .inventory import ModuleInfo, build_inventory
+from .inventory import ModuleInfo, build_inventory, layout_key
 from .operands import WEIGHT_NAMES, OperandKind, classify_operand
 from .policy import IgnoreRule, apply_ignores
 from .probe import probe_scalars as probe_values
@@ -326,9 +326,9 @@ def _buckets(
             members[bucket] += 1
             how[bucket][membership.how] += 1
             spelling = spellings.get(name)
-            key = (info.layout, bucket, spelling)
+            key = (layout_key(info), bucket, spelling)
             count = counted_once.get(key)
-            if count is None or not info.layout:
+            if count is None:
                 scheme = declaration.schemes.get(bucket)
                 bits = scheme.weight_bits if scheme else None
                 count = counted_once[key] = _parameters(info, spelling, bits)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .declarations import Declaration, Scheme
 from .findings import Finding, finding
-from .inventory import ModuleInfo
+from .inventory import ModuleInfo, layout_key
 from .operands import KV_OPERANDS, OperandKind, classify_operand
 from .resolver import Membership
 from .sources.checkpoint import TensorEntry
@@ -270,7 +270,7 @@ def _signature(info: ModuleInfo, membership: Membership) -> tuple[object, ...]:
         membership.bucket,
         membership.how,
         info.kind,
-        info.layout or tuple((op, e.dtype, e.shape) for op, e in info.operands.items()),
+        layout_key(info),
     )
 
 

@@ -35,9 +35,11 @@ class ModuleInfo:
     """The module the engine builds for it: ``qkv_proj`` for ``q_proj``, ``experts`` for experts."""
     fused_shards: tuple[str, ...] = ()
     """For a shard of a fused module: every shard of that module present in the checkpoint."""
-    layout: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
-    """(operand, dtype, shape) in shipped order: equal for modules alike but for their names
-    (a MoE's experts), so every later pass can decide once per layout."""
+    layout: int = 0
+    """Equal, and above 0, for modules alike but for their names: the same (operand, dtype,
+    shape) in the same order (a MoE's experts), so every later pass can decide once per layout.
+    A number rather than the tuple, because a tuple's hash is computed again on every lookup.
+    0 for a module built outside :func:`build_inventory`; :func:`layout_key` covers both."""
 
     @property
     def weight(self) -> TensorEntry | None:
@@ -71,6 +73,18 @@ def infer_kind(module: str, operands: dict[str, TensorEntry]) -> str:
     return "other"
 
 
+Layout = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+def layout_of(operands: dict[str, TensorEntry]) -> Layout:
+    return tuple((op, e.dtype, e.shape) for op, e in operands.items())
+
+
+def layout_key(info: ModuleInfo) -> object:
+    """A key equal for modules alike but for their names: the layout number, or the layout."""
+    return info.layout or layout_of(info.operands)
+
+
 def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     """Group tensors by module; KV scales stay attached to the module that ships them."""
     table: dict[str, dict[str, TensorEntry]] = {}
@@ -88,13 +102,14 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
             )
         operands[operand] = entry
     modules: dict[str, ModuleInfo] = {}
+    layouts: dict[Layout, int] = {}
     for module, operands in table.items():
         if KV_OPERANDS.isdisjoint(operands):
             kind = infer_kind(module, operands)
         else:
             plain = {k: v for k, v in operands.items() if k not in KV_OPERANDS}
             kind = infer_kind(module, plain) if plain else "other"
-        layout = tuple((op, e.dtype, e.shape) for op, e in operands.items())
+        layout = layouts.setdefault(layout_of(operands), len(layouts) + 1)
         modules[module] = ModuleInfo(module, operands, kind, layout=layout)
     assign_engine_names(modules)
     return modules
