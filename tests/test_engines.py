@@ -853,7 +853,7 @@ def test_routing_both_lists_exactly_the_193_modules_the_flag_moves(run) -> None:
         "declared",
         None,
     )
-    nvfp4 = sorted(m.module for m in report.modules if m.bucket == "W4A16_NVFP4")
+    nvfp4 = sorted(m["module"] for m in report.modules if m["bucket"] == "W4A16_NVFP4")
     assert move.modules == 193 == len(nvfp4) and move.module_names == nvfp4
     # without the flag nothing moves, and the arm line is the declared one
     assert audit(str(SIBLING), engine="name-probe", routing="both").routing_moves == []

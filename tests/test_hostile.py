@@ -554,7 +554,8 @@ def test_outside_the_main_thread_matching_is_unguarded_but_works() -> None:
     worker = threading.Thread(target=lambda: out.append(audit(ct_checkpoint(["a.b"], ["re:a"]))))
     worker.start()
     worker.join(30)
-    assert out and [(m.module, m.how, m.rule) for m in out[0].modules] == [("a.b", "regex", "re:a")]
+    rows = out[0].modules if out else []
+    assert [(m["module"], m["how"], m["rule"]) for m in rows] == [("a.b", "regex", "re:a")]
 
 
 # -- a manifest of a million rows, broken at the last ----------------------------------------

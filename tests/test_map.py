@@ -48,7 +48,7 @@ def _layers(span: str) -> range:
 def test_every_module_but_norms_is_on_the_map_once(path: Path) -> None:
     report = _report(path)
     scheme_map = build_map(report)
-    shown = [m for m in report.modules if "norm" not in m.module.rsplit(".", 1)[-1]]
+    shown = [m for m in report.modules if "norm" not in m["module"].rsplit(".", 1)[-1]]
     assert sum(e.modules for e in scheme_map.legend) == len(shown)
     assert sum(g.modules for g in scheme_map.others) + sum(
         len(_layers(r.layers)) * sum(c not in (ABSENT, MIXED) for c in r.cells)
@@ -214,5 +214,7 @@ def test_cli_map_in_markdown_and_table(run) -> None:
 def test_map_counts_match_the_buckets() -> None:
     report = _report(MANIFESTS / "seed-nvfp4-w4a4.manifest.json")
     scheme_map = build_map(report)
-    per_bucket = Counter(m.bucket for m in report.modules if "norm" not in m.module.split(".")[-1])
+    per_bucket = Counter(
+        m["bucket"] for m in report.modules if "norm" not in m["module"].split(".")[-1]
+    )
     assert {e.bucket: e.modules for e in scheme_map.legend if e.modules} == dict(per_bucket)

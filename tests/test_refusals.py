@@ -186,8 +186,8 @@ def test_prefix_container_with_plain_parameters_is_silent(tmp_path: Path) -> Non
     t["model.layers.0.self_attn.A_log"] = ("F32", (4,))
     report = audit(str(mixed(tmp_path, t)))
     assert codes(report) == []
-    row = next(m for m in report.modules if m.module == "model.layers.0.self_attn")
-    assert (row.bucket, row.how) == ("FP8", "prefix")
+    row = next(m for m in report.modules if m["module"] == "model.layers.0.self_attn")
+    assert (row["bucket"], row["how"]) == ("FP8", "prefix")
 
 
 # --- an algorithm with no arm -------------------------------------------------------------

@@ -34,10 +34,10 @@ def test_the_2001_name_checkpoint_gives_the_seed_table_exactly() -> None:
 
 def test_the_48_prefix_members_are_the_linear_attn_containers() -> None:
     report = audit(MTP)
-    prefix = [m for m in report.modules if m.how == "prefix"]
+    prefix = [m for m in report.modules if m["how"] == "prefix"]
     assert len(prefix) == 48
-    assert all(m.module.endswith(".linear_attn") and m.bucket == "FP8" for m in prefix)
-    assert all(m.rule.startswith(m.module + ".") for m in prefix)
+    assert all(m["module"].endswith(".linear_attn") and m["bucket"] == "FP8" for m in prefix)
+    assert all(m["rule"].startswith(m["module"] + ".") for m in prefix)
 
 
 def test_shards_exceed_total_size_by_exactly_their_headers_and_prefixes() -> None:

@@ -374,8 +374,8 @@ def _change(a: tuple[str, str, str], b: tuple[str, str, str]) -> str:
 
 
 def _module_changes(report_a: Report, report_b: Report) -> list[ModuleChange]:
-    rows_a = {m.module: (m.bucket, m.how, m.rule) for m in report_a.modules}
-    rows_b = {m.module: (m.bucket, m.how, m.rule) for m in report_b.modules}
+    rows_a = {m["module"]: (m["bucket"], m["how"], m["rule"]) for m in report_a.modules}
+    rows_b = {m["module"]: (m["bucket"], m["how"], m["rule"]) for m in report_b.modules}
     none = (ABSENT, "", "")
     out = []
     for module in sorted(rows_a.keys() | rows_b.keys()):

@@ -203,6 +203,9 @@ class _ModelOpt:
     def _mixed(self, info: ModuleInfo, engine_name: str) -> Membership:
         layers = self.layers
         assert layers is not None
+        listed = layers.get(info.name)  # the common case, before any alias is built
+        if listed is not None:
+            return Membership(listed, "exact", info.name)
         for candidate in _language_model_aliases(info.name):
             if candidate in layers:
                 return Membership(layers[candidate], "exact", candidate)

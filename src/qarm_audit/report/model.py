@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 SCHEMA_VERSION = "1.1"
 """Bumped to 1.1 for fields added since 1.0, all optional (they have defaults; ``ignored`` is
@@ -171,7 +172,10 @@ class IntegrityInfo(_Row):
     checks: list[str]
 
 
-class ModuleRow(_Row):
+# A TypedDict, not a model like the other rows: a MoE report holds hundreds of thousands of
+# these, and a dict validates about four times faster. (No docstring: it would enter the schema.)
+@with_config(ConfigDict(extra="forbid"))
+class ModuleRow(TypedDict):
     module: str
     bucket: str
     how: str

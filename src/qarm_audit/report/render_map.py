@@ -228,7 +228,7 @@ def _group_label(module: str) -> str:
 
 def build_map(report: Report) -> SchemeMap:
     """The scheme map of a report: see the module docstring."""
-    modules = [(m.module, m.bucket) for m in report.modules if not _skipped(m.module)]
+    modules = [(m["module"], m["bucket"]) for m in report.modules if not _skipped(m["module"])]
     letters = _letters(report, {bucket for _, bucket in modules})
     stacks: Counter[str] = Counter()
     for name, _ in modules:
