@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .alike import Alike, group_alike
 from .crosscheck import contract
 from .declarations import Declaration, Scheme
 from .engines.profile import Profile, View, select, uses_gpu
 from .findings import Finding, finding
-from .inventory import FUSED_SHARDS, ModuleInfo, layout_key
+from .inventory import FUSED_SHARDS, ModuleInfo
 from .operands import OperandKind, classify_operand
 from .report.model import ArmRow, RoutingMove
 from .resolver import EXCLUDED, UNLISTED, Membership
@@ -188,6 +189,20 @@ class Decider:
         )
         self._contains = sorted({s for r in self.profile.rules for s in r.module_contains or ()})
 
+    @property
+    def splits(self) -> bool:
+        """Whether module names can tell modules alike apart (``module_contains`` rules)."""
+        return bool(self._contains)
+
+    def split_by_marks(self, members: list[ModuleInfo]) -> list[list[ModuleInfo]]:
+        """``members`` in chunks of equal :meth:`marks`, each in the order given."""
+        if not self._contains:
+            return [members]
+        chunks: dict[tuple[bool, ...], list[ModuleInfo]] = {}
+        for info in members:
+            chunks.setdefault(self.marks(info.name), []).append(info)
+        return list(chunks.values())
+
     def marks(self, module: str) -> tuple[bool, ...]:
         """Which of the profile's ``module_contains`` strings the name holds."""
         if not self._contains:
@@ -257,12 +272,18 @@ def _error_text(decision: ArmDecision, algo: str, gpu: str | None) -> str:
     return f'; the engine raises: "{text}"'
 
 
-def _drop_note(decision: ArmDecision, members: Sequence[ModuleInfo]) -> str:
+def _shipping(operand: str, chunks: Sequence[list[ModuleInfo]]) -> int:
+    """Members that ship ``operand``; a chunk's members share one layout, so its first tells."""
+    return sum(len(chunk) for chunk in chunks if operand in chunk[0].operands)
+
+
+def _drop_note(decision: ArmDecision, chunks: Sequence[list[ModuleInfo]]) -> str:
+    total = sum(map(len, chunks))
     notes = []
     for operand in decision.drops:
-        count = sum(1 for m in members if operand in m.operands)
+        count = _shipping(operand, chunks)
         if count:
-            notes.append(f"{operand} shipped on {count}/{len(members)} but not read on this arm")
+            notes.append(f"{operand} shipped on {count}/{total} but not read on this arm")
     return "".join(f"; {n}" for n in notes)
 
 
@@ -276,12 +297,14 @@ def arm_rows(
     spellings: Mapping[str, Spelling],
     refused: frozenset[str] = frozenset(),
     routing: str | None = None,
+    alike: Sequence[Alike] | None = None,
 ) -> tuple[list[ArmRow], list[Finding]]:
     """One row per (scheme, declared arm, executed arm, GPUs); refusals where no arm exists.
 
     A module already refused for what it ships is not refused again for having no arm. With no
     tensor names at all (a declaration alone), a profile that routes by the declaration still
-    gives one row per declared scheme, on the operands the scheme requires.
+    gives one row per declared scheme, on the operands the scheme requires. ``alike`` is
+    :func:`~.alike.group_alike` of the same modules, when the caller has it already.
     """
     routing = routing or profile.routing
     decider = Decider(profile, env, gpu)
@@ -289,59 +312,64 @@ def arm_rows(
         if routing != "declared":
             return [], []
         return _declaration_rows(decider, declaration)
-    groups: dict[tuple[str, ArmDecision, str | None], list[ModuleInfo]] = {}
+    if alike is None:
+        alike = group_alike(modules, memberships, spellings)
+    # Each value: chunks of modules alike (one layout each), in module order of their first.
+    groups: dict[tuple[str, ArmDecision, str | None], list[list[ModuleInfo]]] = {}
     findings: list[Finding] = []
-    # Modules alike but for their names (a MoE's experts) share one view and one decision.
-    seen: dict[tuple[object, ...], tuple[str, list[Outcome]]] = {}
-    for name, info in modules.items():
-        membership = memberships[name]
-        spelling = spellings.get(name)
-        if not membership.declared_quantized or spelling is None or info.kind != "linear":
+    for group in alike:
+        membership, spelling = group.membership, group.spelling
+        if not membership.declared_quantized or spelling is None:
             continue
-        key = (membership.bucket, spelling, layout_key(info), decider.marks(name))
-        known = seen.get(key)
-        if known is None:
+        if group.example.kind != "linear":
+            continue
+        for members in decider.split_by_marks(group.members):
+            first = members[0]
             view = make_view(
                 declaration,
                 _scheme_of(declaration, membership),
                 routing=routing,
-                module=name,
+                module=first.name,
                 shipped=spelling,
-                operands=info.operands,
+                operands=first.operands,
             )
-            known = seen[key] = (view.declared_algo, decider.outcomes(view))
-        declared_algo, outcomes = known
-        for outcome in outcomes:
-            decision = outcome.decision
-            groups.setdefault((membership.bucket, decision, outcome.gpu), []).append(info)
-            if decision.executed == "none" and name not in refused and outcome.total:
+            for outcome in decider.outcomes(view):
+                decision = outcome.decision
+                groups.setdefault((membership.bucket, decision, outcome.gpu), []).append(members)
+                if decision.executed != "none" or not outcome.total:
+                    continue
                 where = f" on {outcome.gpu}" if outcome.gpu else ""
-                findings.append(
+                findings.extend(
                     finding(
                         "no-arm",
-                        f"{name} is declared {membership.bucket} ({decision.declared}); engine "
-                        f"profile {profile.label} has no arm for it{where}: {decision.reason}"
-                        + _error_text(decision, declared_algo, outcome.gpu),
-                        module=name,
+                        f"{info.name} is declared {membership.bucket} ({decision.declared}); "
+                        f"engine profile {profile.label} has no arm for it{where}: "
+                        f"{decision.reason}"
+                        + _error_text(decision, view.declared_algo, outcome.gpu),
+                        module=info.name,
                         tensor=info.weight.name if info.weight else "",
                     )
+                    for info in members
+                    if info.name not in refused
                 )
     rows = []
-    for (scheme_name, decision, label), members in sorted(
+    position: dict[str, int] = {}
+    for (scheme_name, decision, label), chunks in sorted(
         groups.items(), key=lambda kv: (kv[0][0], decider.order(kv[0][2]), kv[0][1].executed)
     ):
+        total = sum(map(len, chunks))
         coverage = {}
         for operand in DECIDING_OPERANDS:
-            count = sum(1 for m in members if operand in m.operands)
+            count = _shipping(operand, chunks)
             if count:
-                coverage[operand] = f"{count}/{len(members)}"
+                coverage[operand] = f"{count}/{total}"
         rows.append(
             ArmRow(
                 scheme=scheme_name,
-                modules=len(members),
+                modules=total,
                 declared=decision.declared,
                 executed=decision.executed,
-                reason=decision.reason + _drop_note(decision, members),
+                reason=decision.reason + _drop_note(decision, chunks),
                 note=decision.note,
                 log=decision.log,
                 operands=coverage,
@@ -350,7 +378,14 @@ def arm_rows(
                 source=decision.source,
             )
         )
-        findings.extend(_row_findings(profile, decider, scheme_name, decision, label, members))
+        first_name = chunks[0][0].name
+        if decider.splits and len(chunks) > 1:
+            # a split group's chunks need not come in module order; find the row's first
+            position = position or {name: i for i, name in enumerate(modules)}
+            first_name = min((chunk[0].name for chunk in chunks), key=position.__getitem__)
+        findings.extend(
+            _row_findings(profile, decider, scheme_name, decision, label, first_name, total)
+        )
     return rows, findings
 
 
@@ -360,11 +395,13 @@ def _row_findings(
     scheme: str,
     decision: ArmDecision,
     label: str | None,
-    members: Sequence[ModuleInfo],
+    first: str = "",
+    modules: int = 0,
 ) -> list[Finding]:
+    """``first``: the row's first module in checkpoint order; ``modules``: how many (0 for a
+    declaration alone)."""
     where = f" on {label}" if label else ""
-    first = members[0].name if members else ""
-    count = f"{len(members)} modules" if members else "the declaration alone"
+    count = f"{modules} modules" if modules else "the declaration alone"
     if decision.executed == "none" and decider.gpu is None and label is not None:
         return [
             finding(
@@ -435,7 +472,7 @@ def _declaration_rows(
                     )
                 )
             else:
-                findings.extend(_row_findings(profile, decider, name, decision, outcome.gpu, []))
+                findings.extend(_row_findings(profile, decider, name, decision, outcome.gpu))
     return rows, findings
 
 
@@ -512,9 +549,7 @@ def quote_load_errors(
     """Each finding the engine would raise at load, with the engine's own wording appended."""
     if not profile.load_errors:
         return list(findings)
-    by_engine: dict[str, list[ModuleInfo]] = {}
-    for info in modules.values():
-        by_engine.setdefault(info.engine_name, []).append(info)
+    by_engine: dict[str, list[ModuleInfo]] = {}  # built on the first quote: most audits have none
     out = []
     for f in findings:
         # The resolver names a shard disagreement about exclusion with the word "excluded"
@@ -533,6 +568,9 @@ def quote_load_errors(
         if quote is None:
             out.append(f)
             continue
+        if not by_engine:
+            for info in modules.values():
+                by_engine.setdefault(info.engine_name, []).append(info)
         members = by_engine.get(f.module, [])
         algos = sorted(
             {

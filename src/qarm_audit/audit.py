@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from functools import cache
 from math import prod
 from typing import TYPE_CHECKING
 
+from .alike import Alike, group_alike
 from .arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from .crosscheck import check_all
 from .declarations import Declaration, read_declaration
@@ -15,7 +15,7 @@ from .engines.profile import ROUTINGS, Profile, load_profile, resolve_env
 from .errors import UsageError
 from .findings import Finding, Severity, finding
 from .integrity import check_integrity
-from .inventory import ModuleInfo, build_inventory, layout_key
+from .inventory import ModuleInfo, build_inventory
 from .operands import WEIGHT_NAMES, OperandKind, classify_operand
 from .policy import IgnoreRule, apply_ignores
 from .probe import probe_scalars as probe_values
@@ -122,8 +122,18 @@ def _audit(
         )
     refused = frozenset(f.module for f in refusals)
     arm_routing = profile.routing if routing in (None, "both") else routing
+    alike = group_alike(modules, memberships, spellings)
     arms, arm_findings = arm_rows(
-        profile, env, gpu, declaration, modules, memberships, spellings, refused, arm_routing
+        profile,
+        env,
+        gpu,
+        declaration,
+        modules,
+        memberships,
+        spellings,
+        refused,
+        arm_routing,
+        alike=alike,
     )
     findings.extend(arm_findings)
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)
@@ -132,14 +142,14 @@ def _audit(
         if routing == "both"
         else None
     )
-    kv_shipped = sum(_operand_split(tuple(info.operands))[0] for info in modules.values())
+    kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
     findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
-    findings.extend(_input_scale_notes(declaration, modules, memberships))
+    findings.extend(_input_scale_notes(declaration, alike))
     probe: ProbeInfo | None = None
     if probe_scalars:
         probe, probe_findings = probe_values(checkpoint, modules)
         findings.extend(probe_findings)
-    buckets = _buckets(declaration, modules, memberships, spellings, len(tensors))
+    buckets = _buckets(declaration, alike, len(tensors))
     rows = sorted(set(findings), key=lambda f: (-f.severity.rank, f.code, f.module, f.tensor))
     by_severity: dict[Severity, list[FindingRow]] = defaultdict(list)
     for f in rows:
@@ -246,20 +256,17 @@ def _kv_findings(declaration: Declaration, shipped: int, has_weights: bool) -> l
     return []
 
 
-def _input_scale_notes(
-    declaration: Declaration,
-    modules: Mapping[str, ModuleInfo],
-    memberships: Mapping[str, Membership],
-) -> list[Finding]:
+def _input_scale_notes(declaration: Declaration, alike: Sequence[Alike]) -> list[Finding]:
     counts: Counter[str] = Counter()
     totals: Counter[str] = Counter()
-    for name, info in modules.items():
-        scheme = declaration.schemes.get(memberships[name].bucket)
+    for group in alike:
+        info = group.example
+        scheme = declaration.schemes.get(group.membership.bucket)
         if scheme is None or not scheme.weight_only or info.kind != "linear":
             continue
-        totals[scheme.name] += 1
+        totals[scheme.name] += len(group.members)
         if "input_scale" in info.operands or "input_global_scale" in info.operands:
-            counts[scheme.name] += 1
+            counts[scheme.name] += len(group.members)
     return [
         finding(
             "input-scale-unread",
@@ -270,10 +277,9 @@ def _input_scale_notes(
     ]
 
 
-@cache
-def _operand_split(operands: tuple[str, ...]) -> tuple[int, int, int]:
+def _operand_split(info: ModuleInfo) -> tuple[int, int, int]:
     """(KV scales, unclassified, the rest) among one module's operand names."""
-    kinds = [classify_operand(op) for op in operands]
+    kinds = [classify_operand(op) for op in info.operands]
     kv = kinds.count(OperandKind.KV)
     unclassified = kinds.count(OperandKind.UNCLASSIFIED)
     return kv, unclassified, len(kinds) - kv - unclassified
@@ -300,40 +306,29 @@ def _parameters(info: ModuleInfo, spelling: Spelling | None, bits: int | None) -
     return total
 
 
-def _buckets(
-    declaration: Declaration,
-    modules: Mapping[str, ModuleInfo],
-    memberships: Mapping[str, Membership],
-    spellings: Mapping[str, Spelling],
-    total: int,
-) -> list[Bucket]:
+def _buckets(declaration: Declaration, alike: Sequence[Alike], total: int) -> list[Bucket]:
+    """Tensors, modules and parameters per bucket, counted per group of modules alike."""
     tensors: Counter[str] = Counter()
     members: Counter[str] = Counter()
     parameters: Counter[str] = Counter()
     how: dict[str, Counter[str]] = defaultdict(Counter)
-    counted_once: dict[tuple[object, ...], int] = {}
-    for name, info in modules.items():
-        membership = memberships[name]
-        kv, unclassified, rest = _operand_split(tuple(info.operands))
+    for group in alike:
+        info, n = group.example, len(group.members)
+        kv, unclassified, rest = _operand_split(info)
         if rest:
-            bucket = membership.bucket
-            tensors[bucket] += rest
-            members[bucket] += 1
-            how[bucket][membership.how] += 1
-            spelling = spellings.get(name)
-            key = (layout_key(info), bucket, spelling)
-            count = counted_once.get(key)
-            if count is None:
-                scheme = declaration.schemes.get(bucket)
-                bits = scheme.weight_bits if scheme else None
-                count = counted_once[key] = _parameters(info, spelling, bits)
-            parameters[bucket] += count
+            bucket = group.membership.bucket
+            tensors[bucket] += rest * n
+            members[bucket] += n
+            how[bucket][group.membership.how] += n
+            scheme = declaration.schemes.get(bucket)
+            bits = scheme.weight_bits if scheme else None
+            parameters[bucket] += _parameters(info, group.spelling, bits) * n
         if kv:
-            tensors[KV_CACHE] += kv
-            members[KV_CACHE] += 1
+            tensors[KV_CACHE] += kv * n
+            members[KV_CACHE] += n
         if unclassified:
-            tensors[UNCLASSIFIED] += unclassified
-            members[UNCLASSIFIED] += 1
+            tensors[UNCLASSIFIED] += unclassified * n
+            members[UNCLASSIFIED] += n
     counted = sum(tensors.values())
     if counted != total:
         raise AssertionError(f"buckets hold {counted} tensors of {total}")

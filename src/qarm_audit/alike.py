@@ -1,0 +1,49 @@
+"""Modules alike but for their names, grouped once after the cross-check.
+
+A MoE ships hundreds of thousands of modules that differ only by their names (every expert
+projection of a layer: the same operands, dtypes and shapes, resolved the same way). The arm
+line, the buckets and the notes decide once per group and count its members, instead of
+deciding again per module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .inventory import ModuleInfo, layout_key
+from .resolver import Membership
+from .spelling import Spelling
+
+
+@dataclass(slots=True)
+class Alike:
+    """Modules with one layout, kind, bucket, resolution path and shipped spelling."""
+
+    membership: Membership
+    """The first member's; ``rule`` may differ between members, bucket and how do not."""
+    spelling: Spelling | None
+    """None for a module that ships only KV-cache scales."""
+    members: list[ModuleInfo] = field(default_factory=list)
+
+    @property
+    def example(self) -> ModuleInfo:
+        return self.members[0]
+
+
+def group_alike(
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+    spellings: Mapping[str, Spelling],
+) -> list[Alike]:
+    """Groups in the order of their first member; members in module order."""
+    groups: dict[tuple[object, ...], Alike] = {}
+    for name, info in modules.items():
+        membership = memberships[name]
+        spelling = spellings.get(name)
+        key = (layout_key(info), info.kind, membership.bucket, membership.how, spelling)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Alike(membership, spelling)
+        group.members.append(info)
+    return list(groups.values())
