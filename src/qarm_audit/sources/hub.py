@@ -36,9 +36,12 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -431,6 +434,7 @@ class _Estimator:
         self._rest = 0
         self._learned = 0
         self._base: dict[str, int] = {}
+        self._leaf_counts: dict[str, Counter[str]] = {}
         # Without an index, the hint is the header length of a lone shard.
         self._lone_length = hint if names is None and shards == 1 else None
         # With one, it is spread over the entries besides their names: the figure the headers
@@ -453,8 +457,18 @@ class _Estimator:
             return None
         base = self._base.get(file)
         if base is None:
-            base = self._base[file] = 2 + sum(len(n.encode()) + 2 for n in names)
+            base = self._base[file] = 2 + 2 * len(names) + sum(map(len, map(str.encode, names)))
         return names, base
+
+    def _leaves(self, file: str, names: list[str]) -> Counter[str]:
+        """How many of the shard's names end in each leaf (``weight``, ``weight_scale``...)."""
+        with self._lock:
+            counts = self._leaf_counts.get(file)
+        if counts is None:
+            counts = Counter(map(_LEAF, map(str.rpartition, names, repeat("."))))
+            with self._lock:
+                self._leaf_counts[file] = counts
+        return counts
 
     def first_read(self, file: str, size: int, *, learned: bool = True) -> int:
         """Bytes to ask for first; ``learned=False`` ignores what arrived headers taught."""
@@ -466,7 +480,8 @@ class _Estimator:
                 rest = self._rest
             if means:
                 fallback = max(means.values())
-                entries = sum(means.get(_suffix(n), fallback) for n in names)
+                leaves = self._leaves(file, names)
+                entries = sum(n * means.get(leaf, fallback) for leaf, n in leaves.items())
                 estimate = int((base + entries + rest) * (1 + MARGIN)) + len(names)
             elif self._per_entry_hint is not None:
                 entries = len(names) * self._per_entry_hint
@@ -513,6 +528,9 @@ class _Estimator:
 
 def _suffix(name: str) -> str:
     return name.rpartition(".")[2]
+
+
+_LEAF = itemgetter(2)
 
 
 # -- header reads ---------------------------------------------------------------------------
