@@ -18,13 +18,13 @@ from .spelling import Spelling
 
 @dataclass(slots=True)
 class Alike:
-    """Modules with one layout, kind, bucket, resolution path and shipped spelling."""
+    """Modules with one layout, kind, bucket and resolution path (so one shipped spelling)."""
 
     membership: Membership
     """The first member's; ``rule`` may differ between members, bucket and how do not."""
-    spelling: Spelling | None
-    """None for a module that ships only KV-cache scales."""
     members: list[ModuleInfo] = field(default_factory=list)
+    spelling: Spelling | None = None
+    """Set by the cross-check; None for modules that ship only KV-cache scales."""
 
     @property
     def example(self) -> ModuleInfo:
@@ -34,16 +34,20 @@ class Alike:
 def group_alike(
     modules: Mapping[str, ModuleInfo],
     memberships: Mapping[str, Membership],
-    spellings: Mapping[str, Spelling],
+    spellings: Mapping[str, Spelling] | None = None,
 ) -> list[Alike]:
-    """Groups in the order of their first member; members in module order."""
+    """Groups in the order of their first member; members in module order. ``spellings``, when
+    the cross-check has run already, gives each group its spelling."""
     groups: dict[tuple[object, ...], Alike] = {}
     for name, info in modules.items():
         membership = memberships[name]
-        spelling = spellings.get(name)
-        key = (layout_key(info), info.kind, membership.bucket, membership.how, spelling)
+        key = (layout_key(info), info.kind, membership.bucket, membership.how)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Alike(membership, spelling)
+            group = groups[key] = Alike(membership)
         group.members.append(info)
-    return list(groups.values())
+    out = list(groups.values())
+    if spellings is not None:
+        for group in out:
+            group.spelling = spellings.get(group.example.name)
+    return out

@@ -109,7 +109,8 @@ def _audit(
     resolution = resolve(declaration, modules)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
-    spellings, refusals = check_all(declaration, modules, memberships)
+    alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
+    spellings, refusals = check_all(declaration, modules, memberships, alike)
     findings.extend(refusals)
     if checkpoint.has_weights:
         findings.extend(
@@ -122,7 +123,6 @@ def _audit(
         )
     refused = frozenset(f.module for f in refusals)
     arm_routing = profile.routing if routing in (None, "both") else routing
-    alike = group_alike(modules, memberships, spellings)
     arms, arm_findings = arm_rows(
         profile,
         env,

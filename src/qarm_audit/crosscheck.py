@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .alike import Alike, group_alike
 from .declarations import Declaration, Scheme
 from .findings import Finding, finding
-from .inventory import ModuleInfo, layout_key
+from .inventory import ModuleInfo
 from .operands import KV_OPERANDS, OperandKind, classify_operand
 from .resolver import Membership
 from .sources.checkpoint import TensorEntry
@@ -264,40 +265,32 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     return out
 
 
-def _signature(info: ModuleInfo, membership: Membership) -> tuple[object, ...]:
-    """Everything ``check_module`` looks at except the module's name."""
-    return (
-        membership.bucket,
-        membership.how,
-        info.kind,
-        layout_key(info),
-    )
-
-
 def check_all(
     declaration: Declaration,
     modules: Mapping[str, ModuleInfo],
     memberships: Mapping[str, Membership],
+    alike: Sequence[Alike] | None = None,
 ) -> tuple[dict[str, Spelling], list[Finding]]:
-    """Check every module. Modules alike but for their names (a MoE's experts) are checked once;
-    only a signature that earned a refusal is checked again per module, to name each one."""
+    """Check every module. Modules alike but for their names (a MoE's experts) are checked once
+    per group of :func:`~.alike.group_alike` (given, or made here), which learns its spelling;
+    only a group that earned a refusal is checked again per module, to name each one."""
     spellings: dict[str, Spelling] = {}
     found: list[Finding] = []
-    verdicts: dict[tuple[object, ...], tuple[Spelling, bool]] = {}
-    for name, info in modules.items():
-        membership = memberships[name]
+    for group in group_alike(modules, memberships) if alike is None else alike:
+        info, membership = group.example, group.membership
         if not any(op not in KV_OPERANDS for op in info.operands):
             continue  # a module that ships only KV scales carries no weight spelling
-        key = _signature(info, membership)
-        known = verdicts.get(key)
-        if known is not None and not known[1]:
-            spellings[name] = known[0]
-            continue
         scheme = (
             declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
         )
         spelling, refusals = check_module(info, membership, scheme)
-        verdicts[key] = (spelling, bool(refusals))
-        spellings[name] = spelling
-        found.extend(refusals)
+        group.spelling = spelling
+        if not refusals:
+            spellings.update(dict.fromkeys([m.name for m in group.members], spelling))
+            continue
+        for member in group.members:
+            spellings[member.name], refusals = check_module(
+                member, memberships[member.name], scheme
+            )
+            found.extend(refusals)
     return spellings, found
