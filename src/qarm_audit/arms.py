@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, contains
 
 from .alike import Alike, group_alike
 from .crosscheck import contract
@@ -22,6 +24,8 @@ from .operands import OperandKind, classify_operand
 from .report.model import ArmRow, RoutingMove
 from .resolver import EXCLUDED, UNLISTED, Membership
 from .spelling import Spelling
+
+_NAME = attrgetter("name")
 
 DECIDING_OPERANDS = ("input_scale", "input_global_scale")
 """Operands whose presence moves an arm (static activation scales)."""
@@ -198,9 +202,14 @@ class Decider:
         """``members`` in chunks of equal :meth:`marks`, each in the order given."""
         if not self._contains:
             return [members]
+        names = list(map(_NAME, members))
+        # column by column in C: whether each name holds each string
+        marks = list(zip(*(map(contains, names, repeat(s)) for s in self._contains), strict=True))
+        if len(set(marks)) == 1:
+            return [members]
         chunks: dict[tuple[bool, ...], list[ModuleInfo]] = {}
-        for info in members:
-            chunks.setdefault(self.marks(info.name), []).append(info)
+        for info, mark in zip(members, marks, strict=True):
+            chunks.setdefault(mark, []).append(info)
         return list(chunks.values())
 
     def marks(self, module: str) -> tuple[bool, ...]:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from operator import itemgetter
 
 from .errors import IntegrityError
 from .operands import KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
@@ -73,11 +74,15 @@ def infer_kind(module: str, operands: dict[str, TensorEntry]) -> str:
     return "other"
 
 
-Layout = tuple[tuple[str, str, tuple[int, ...]], ...]
+Layout = tuple[tuple[str, ...], tuple[tuple[str, tuple[int, ...]], ...]]
 
 
 def layout_of(operands: dict[str, TensorEntry]) -> Layout:
-    return tuple((op, e.dtype, e.shape) for op, e in operands.items())
+    """Operand names in shipped order, and each one's (dtype, shape); built in C."""
+    return tuple(operands), tuple(map(_DTYPE_SHAPE, operands.values()))
+
+
+_DTYPE_SHAPE = itemgetter(1, 2)
 
 
 def layout_key(info: ModuleInfo) -> object:
@@ -103,23 +108,31 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
         operands[operand] = entry
     modules: dict[str, ModuleInfo] = {}
     layouts: dict[Layout, int] = {}
+    # A module's kind depends on its name only through its leaf and ".experts"
+    kinds: dict[tuple[int, str, bool], str] = {}
     for module, operands in table.items():
-        if KV_OPERANDS.isdisjoint(operands):
-            kind = infer_kind(module, operands)
-        else:
-            plain = {k: v for k, v in operands.items() if k not in KV_OPERANDS}
-            kind = infer_kind(module, plain) if plain else "other"
         layout = layouts.setdefault(layout_of(operands), len(layouts) + 1)
+        key = (layout, module.rpartition(".")[2], ".experts" in module)
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = _kind(module, operands)
         modules[module] = ModuleInfo(module, operands, kind, layout=layout)
     assign_engine_names(modules)
     return modules
+
+
+def _kind(module: str, operands: dict[str, TensorEntry]) -> str:
+    if KV_OPERANDS.isdisjoint(operands):
+        return infer_kind(module, operands)
+    plain = {k: v for k, v in operands.items() if k not in KV_OPERANDS}
+    return infer_kind(module, plain) if plain else "other"
 
 
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:
     """Name each module as the engine does: fused shards and routed experts share one module."""
     for info in modules.values():
         info.engine_name = info.name
-        expert = _EXPERT.match(info.name)
+        expert = _EXPERT.match(info.name) if ".experts." in info.name else None
         if expert:
             info.engine_name = expert["experts"]
             continue
