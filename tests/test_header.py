@@ -52,6 +52,10 @@ HOSTILE: list[tuple[str, bytes | str | dict | None, int, int | None, str]] = [
     ("unknown-dtype", {"a": entry("F7", [1], 0, 1)}, 1, None, "unknown dtype 'F7'"),
     ("negative-shape", {"a": entry("F32", [-1], 0, 4)}, 4, None, "is not a list of counts"),
     ("huge-shape", {"a": entry("F32", [2**60], 0, 4)}, 4, None, "is not a list of counts"),
+    # equal is not a count: 2.0 == 2 and true == 1 in Python, and neither is a dimension
+    ("float-dim", {"a": entry("F32", [2.0], 0, 8)}, 8, None, "is not a list of counts"),
+    ("bool-dim", {"a": entry("F32", [True, 2], 0, 8)}, 8, None, "is not a list of counts"),
+    ("float-offset", {"a": entry("F32", [2], 0.0, 8)}, 8, None, "is not [begin, end]"),
     ("overlap", {"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 4, 12)}, 12, None, "overlap"),
     ("hole", {"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 12, 20)}, 20, None, "hole of 4"),
     ("out-of-bounds", {"a": entry("F32", [2], 0, 8)}, 4, None, "8 + header + data"),

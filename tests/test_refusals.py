@@ -379,3 +379,20 @@ def test_modelopt_nvfp4_declared_compressed_tensors_spelling_shipped_is_refused(
     )
     report = refused(run, mixed(tmp_path, t), "spelling-mismatch", m)
     assert "compressed-tensors spelling" in report["refusals"][0]["message"]
+
+
+def test_experts_alike_are_counted_by_how_each_resolved(tmp_path: Path) -> None:
+    """Experts with one layout and one scheme, listed one by one in layer 0 and through their
+    container in layer 1: the bucket's membership split keeps the two apart."""
+    t: dict[str, Any] = {}
+    layers: dict[str, Any] = {"model.layers.1.mlp.experts": {"quant_algo": "NVFP4"}}
+    for layer in (0, 1):
+        for e in range(2):
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                module = f"model.layers.{layer}.mlp.experts.{e}.{proj}"
+                t.update(nvfp4_modelopt(module))
+                if layer == 0:
+                    layers[module] = {"quant_algo": "NVFP4", "group_size": 16}
+    report = audit(str(mixed(tmp_path, t, layers)))
+    (bucket,) = [b for b in report.buckets if b.scheme == "NVFP4"]
+    assert (bucket.modules, bucket.membership) == (12, {"exact": 6, "experts": 6})
