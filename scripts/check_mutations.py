@@ -169,7 +169,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "        if entry.end - entry.begin != nbytes:",
      "        if False:"),
     ("buckets-sum", "audit.py",
-     "            tensors[KV_CACHE] += kv\n",
+     "            tensors[KV_CACHE] += kv * n\n",
      "            tensors[KV_CACHE] += 0\n"),
     # --probe-scalars
     ("probe-zero", "probe.py",
