@@ -185,10 +185,12 @@ def _extras(model: BaseModel, path: str = "") -> list[str]:
             out.extend(_extras(value, f"{path}{name}."))
         elif isinstance(value, dict):
             # a map of thousands of layer entries, mostly one shared object: each once
-            distinct = {id(item): item for item in value.values() if isinstance(item, BaseModel)}
+            items = list(value.values())
+            distinct = dict(zip(map(id, items), items, strict=True))  # in C
             unknown: set[str] = set()
             for item in distinct.values():
-                unknown.update(_extras(item, f"{path}{name}[*]."))
+                if isinstance(item, BaseModel):
+                    unknown.update(_extras(item, f"{path}{name}[*]."))
             out.extend(sorted(unknown))
     return sorted(set(out))
 

@@ -33,11 +33,11 @@ def _layers_once_each(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     hundreds of thousands of expert projections. Anything unusual gets pydantic's own path."""
     if not isinstance(value, dict):
         return handler(value)
-    distinct: dict[frozenset[tuple[str, Any]], LayerEntry] = {}
+    distinct: dict[tuple[tuple[str, Any], ...], LayerEntry] = {}
     out: dict[str, LayerEntry] = {}
     try:
         for key, raw in value.items():
-            token = frozenset(raw.items())  # TypeError for unhashable values, AttributeError
+            token = tuple(raw.items())  # TypeError for unhashable values, AttributeError
             entry = distinct.get(token)
             if entry is None:
                 entry = distinct[token] = LayerEntry.model_validate(raw)

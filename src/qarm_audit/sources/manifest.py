@@ -281,7 +281,7 @@ def _columns(rows: list[Any], where: str) -> tuple[list[str], list[str], list[tu
             raise ManifestError(where, f"malformed tensor row {bad[:120]!r}")
         names, dtypes, shape_texts = parts[0::3], parts[1::3], parts[2::3]
         parsed = {text: _shape(text, where) for text in set(shape_texts)}
-        return names, dtypes, [parsed[text] for text in shape_texts]
+        return names, dtypes, list(map(parsed.__getitem__, shape_texts))
     names, dtypes, shapes = [], [], []
     for row in rows:
         if isinstance(row, str):
