@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .declarations import CompressedTensorsRules, Declaration, ModelOptRules
 from .findings import Finding, finding
@@ -18,9 +19,8 @@ from .inventory import FUSED_SHARDS, ModuleInfo
 from .matchers import FirstMatch, SubstringSet, WildcardSet, regex_deadline
 
 
-@dataclass(frozen=True, slots=True)
-class Membership:
-    """How one module was resolved."""
+class Membership(NamedTuple):
+    """How one module was resolved. A tuple: a MoE resolves hundreds of thousands of these."""
 
     bucket: str
     """A scheme name, or ``excluded`` / ``unlisted``."""
@@ -40,6 +40,7 @@ substring of it (``Linear`` in ``QKVParallelLinear``)."""
 
 EXCLUDED = "excluded"
 UNLISTED = "unlisted"
+_FUSED = tuple(FUSED_SHARDS)
 _UNLISTED = Membership(UNLISTED, "none")
 
 
@@ -140,7 +141,6 @@ class _ModelOpt:
         return self.out
 
     def _resolve_group(self, engine_name: str, members: list[ModuleInfo]) -> None:
-        shards = tuple(m.name for m in members) if len(members) > 1 else ()
         excluded = self._excluded(engine_name, members)
         for info in members:
             if excluded is not None:
@@ -149,7 +149,7 @@ class _ModelOpt:
                 self.out.memberships[info.name] = self._single(info)
             else:
                 self.out.memberships[info.name] = self._mixed(info, engine_name)
-        if shards and excluded is None and engine_name.endswith(tuple(FUSED_SHARDS)):
+        if len(members) > 1 and excluded is None and engine_name.endswith(_FUSED):
             buckets = {self.out.memberships[m.name].bucket for m in members}
             if len(buckets) > 1:
                 detail = ", ".join(
@@ -168,7 +168,7 @@ class _ModelOpt:
         if not self.rules.excludes:
             return None
         hit = self.excludes.check(engine_name, ())
-        if hit is None and len(members) > 1 and engine_name.endswith(tuple(FUSED_SHARDS)):
+        if hit is None and len(members) > 1 and engine_name.endswith(_FUSED):
             listed = [m for m in members if m.name in self.excludes.exact]
             if listed and len(listed) == len(members):
                 hit = ("exact", listed[0].name)
@@ -268,7 +268,7 @@ class _CompressedTensors:
         for info in self.modules.values():
             groups.setdefault(info.engine_name, []).append(info)
         for engine_name, members in groups.items():
-            fused = len(members) > 1 and engine_name.endswith(tuple(FUSED_SHARDS))
+            fused = len(members) > 1 and engine_name.endswith(_FUSED)
             ignored = self._ignored(engine_name) if fused else None
             for info in members:
                 self.out.memberships[info.name] = (
