@@ -330,7 +330,10 @@ class _Reader:
         estimator = _Estimator(names_by_shard, hint, shards=len(shards))
         cache = _HeaderCache.for_sha(ctx.repo, sha)
         fetcher = _HeaderFetcher(ctx, self.watch, estimator, cache, self.timeout)
-        headers = fetcher.fetch(shards)
+        try:
+            headers = fetcher.fetch(shards)
+        finally:
+            cache.close()
         cache.finish(None if ctx.revision.lower() == sha else ctx.revision, names, shards)
         return Checkpoint(
             origin=Origin("hub", ctx.location, repo=ctx.repo, revision=sha),
@@ -830,22 +833,49 @@ def _scrub(text: str) -> str:
 class _HeaderCache:
     """``<HF_HUB_CACHE>/models--o--n/qarm-audit/<sha>/``: headers as served, and the listing.
 
-    Writes are best-effort: an unwritable cache never fails an audit.
+    Writes are best-effort: an unwritable cache never fails an audit. They happen on one
+    writer thread of their own, so a worker that read a header goes on to its next read while
+    the file system works (a write costs more than a range read's CPU).
     """
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
         self._ok = root is not None
+        self._made = False
+        self._lock = threading.Lock()
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
 
     @classmethod
     def for_sha(cls, repo: str, sha: str) -> _HeaderCache:
         return cls(_cache_root(repo) / sha)
 
     def store(self, file: str, data: bytes) -> None:
-        if self._ok and self.root is not None:
-            self._ok = _write_atomic(self.root / f"{file}.header", data)
+        if not self._ok or self.root is None:
+            return
+        with self._lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="qarm-header-cache")
+            self._pending.append(
+                self._writer.submit(self._write, self.root / f"{file}.header", data)
+            )
+
+    def _write(self, path: Path, data: bytes) -> None:
+        if self._ok:  # one writer thread: these run one after the other
+            self._ok = _write_atomic(path, data, make_parent=not self._made)
+            self._made = self._ok
+
+    def close(self) -> None:
+        """Wait for every queued write (also when the audit failed: they are valid headers)."""
+        with self._lock:
+            writer, pending, self._writer, self._pending = self._writer, self._pending, None, []
+        if writer is not None:
+            for future in pending:
+                future.result()
+            writer.shutdown()
 
     def finish(self, ref: str | None, documents: Iterable[str], shards: list[_Shard]) -> None:
+        self.close()
         if not self._ok or self.root is None:
             return
         listing = {
@@ -865,9 +895,10 @@ def _cache_root(repo: str) -> Path:
     )
 
 
-def _write_atomic(path: Path, data: bytes) -> bool:
+def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> bool:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if make_parent:
+            path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as handle:
