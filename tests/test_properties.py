@@ -13,6 +13,7 @@ from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import QarmError
 from qarm_audit.inventory import build_inventory
 from qarm_audit.resolver import resolve
+from qarm_audit.sources import header as header_module
 from qarm_audit.sources.checkpoint import Checkpoint, Origin, TensorEntry
 from qarm_audit.sources.header import DTYPE_BITS, length_prefix, parse_header
 from qarm_audit.sources.index import parse_index
@@ -182,3 +183,90 @@ def test_the_trie_regex_finds_exactly_the_words_that_occur(words: list[str], tex
     from qarm_audit.matchers import trie_regex
 
     assert bool(re.compile(trie_regex(words)).search(text)) == any(w in text for w in words)
+
+
+# -- the column-wise header checks decide exactly as the entry-by-entry ones --------------------
+
+# Mostly valid, so that one bad value among good ones reaches the column-wise path.
+GOOD_DIM = st.integers(0, 8)
+DIM = st.one_of(GOOD_DIM, GOOD_DIM, GOOD_DIM, st.sampled_from([-1, 2**53, True, 2.0, "4", None]))
+OFFSETS = st.one_of(
+    st.tuples(GOOD_DIM, GOOD_DIM).map(list),
+    st.tuples(GOOD_DIM, GOOD_DIM).map(list),
+    st.lists(DIM, max_size=3),
+)
+ENTRY = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "dtype": st.sampled_from(["F32", "BF16", "U8", "F4", "F32", "F7", 3]),
+            "shape": st.one_of(st.lists(DIM, max_size=3), st.sampled_from([None, "2", {"a": 1}])),
+            "data_offsets": OFFSETS,
+        }
+    ),
+    JSONISH,
+)
+
+
+def _outcome(check: object) -> object:
+    try:
+        return ("ok", check())  # type: ignore[operator]
+    except QarmError as exc:
+        return ("error", str(exc))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(max_size=4), ENTRY, max_size=5))
+def test_column_wise_entry_checks_equal_the_entry_by_entry_ones(document: dict) -> None:
+    fast = _outcome(lambda: header_module._entries(document, "x"))
+    slow = _outcome(lambda: [header_module._entry(k, v, "x") for k, v in document.items()])
+    assert fast == slow
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["F32", "U8", "F4", "F7"]), st.lists(GOOD_DIM, max_size=2)),
+        max_size=5,
+    ),
+    st.sampled_from(["none", "begin", "end", "length", "swap", "shift", "resize"]),
+    st.integers(0, 4),
+    st.integers(-4, 4),
+)
+def test_column_wise_layout_check_accepts_exactly_what_the_walk_accepts(
+    rows: list[tuple[str, list[int]]], fault: str, at: int, delta: int
+) -> None:
+    """A contiguous layout from the declared sizes, then at most one fault planted in it."""
+    entries, cursor = [], 0
+    for i, (dtype, shape) in enumerate(rows):
+        numel = 1
+        for d in shape:
+            numel *= d
+        size = numel * DTYPE_BITS.get(dtype, 32) // 8
+        entries.append(TensorEntry(f"t{i}", dtype, tuple(shape), cursor, cursor + size))
+        cursor += size
+    length = cursor + (delta if fault == "length" else 0)
+    if entries and fault not in ("none", "length"):
+        i = at % len(entries)
+        e = entries[i]
+        if fault == "begin":
+            entries[i] = e._replace(begin=max(0, e.begin + delta))
+        elif fault == "end":
+            entries[i] = e._replace(end=max(0, e.end + delta))
+        elif fault == "swap":
+            entries[i] = e._replace(begin=e.end, end=e.begin)
+        elif fault == "shift":  # moved whole: its own span is right, its place is not
+            entries[i] = e._replace(begin=max(0, e.begin + delta), end=max(0, e.end + delta))
+        else:  # resized in place: contiguous, but the span is not dtype x shape
+            end = max(e.begin, e.end + delta)
+            entries[i] = e._replace(end=end)
+            if i + 1 < len(entries):
+                entries[i + 1] = entries[i + 1]._replace(begin=end)
+            else:
+                length = end
+    ordered = sorted(entries, key=lambda e: (e.begin, e.end, e.name))
+    fast = _outcome(lambda: header_module.validate_layout(entries, data_length=length, where="x"))
+    walk = _outcome(lambda: header_module._name_the_fault(ordered, length, "x"))
+    if fast[0] == "ok":
+        assert walk == ("ok", None)
+    else:
+        assert walk[0] == "error"
