@@ -47,6 +47,9 @@ SHAPES = {
     "deepseek": Shape(layers=61, dense_layers=3, experts=320),
     "kimi": Shape(layers=61, dense_layers=1, experts=512),
     "stress": Shape(layers=80, dense_layers=2, experts=1072),
+    "half": Shape(layers=80, dense_layers=2, experts=536),  # the stress case at half the tensors
+    "quick": Shape(layers=8, dense_layers=1, experts=64),
+    "quick-half": Shape(layers=8, dense_layers=1, experts=32),
     "tiny": Shape(layers=4, dense_layers=1, experts=8, per_shard=200),
 }
 
@@ -189,7 +192,9 @@ def ct_documents(shape: Shape, patterns: int) -> dict[str, str]:
     return {"config.json": json.dumps(config, indent=1) + "\n"}
 
 
-def build(name: str, family: str = "modelopt", patterns: int = 500) -> Checkpoint:
+def build(
+    name: str, family: str = "modelopt", patterns: int = 500, index: str = "transformers"
+) -> Checkpoint:
     shape = SHAPES[name]
     specs, listed = tensors(shape, family)
     documents = (
@@ -223,11 +228,13 @@ def build(name: str, family: str = "modelopt", patterns: int = 500) -> Checkpoin
             )
         )
     total = sum(s.data_length for s in shards)
-    # as transformers writes it (a manifest then stores the index as a rule over the headers)
     document = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    index = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    if index == "transformers":  # a manifest then stores the index as a rule over the headers
+        text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    else:  # as some other writer lays it out: a manifest keeps the text verbatim
+        text = json.dumps(document, indent=1)
     return Checkpoint(
-        origin=Origin("manifest", name), documents=documents, index_text=index, shards=tuple(shards)
+        origin=Origin("manifest", name), documents=documents, index_text=text, shards=tuple(shards)
     )
 
 
@@ -236,9 +243,15 @@ def main() -> int:
     parser.add_argument("shape", choices=sorted(SHAPES))
     parser.add_argument("--family", choices=["modelopt", "compressed-tensors"], default="modelopt")
     parser.add_argument("--patterns", type=int, default=500, help="excludes / re: patterns")
+    parser.add_argument(
+        "--index",
+        choices=["transformers", "other"],
+        default="transformers",
+        help="the index text as transformers writes it (indent 2, sorted), or laid out otherwise",
+    )
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
-    checkpoint = build(args.shape, args.family, args.patterns)
+    checkpoint = build(args.shape, args.family, args.patterns, args.index)
     write_manifest(checkpoint, args.output, force=True)
     print(
         f"{args.output}: {sum(len(s.tensors) for s in checkpoint.shards)} tensors in "
