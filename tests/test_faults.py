@@ -22,13 +22,11 @@ from typing import Any
 
 import pytest
 from huggingface_hub import close_session
-from huggingface_hub import constants as hf_constants
 
 import hubserver
 from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
 from hubserver import Fault, HubServer, RepoSpec, point_huggingface_hub_at
-from qarm_audit.sources import hub as hub_module
-from qarm_audit.sources.hub import RetryPolicy
+from hubtesting import Sleeps, record_sleeps, serving
 
 SHARDS = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
 DOCUMENTS = {
@@ -38,31 +36,10 @@ DOCUMENTS = {
 TIMEOUT = 0.3
 
 
-class Sleeps:
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 @pytest.fixture(autouse=True)
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
     """No backoff is slept (qarm's or huggingface_hub's); a short per-request timeout."""
-    from huggingface_hub import file_download
-    from huggingface_hub.utils import _http as hf_http
-
-    recorder = Sleeps()
-    policy = RetryPolicy(base_delay=0.01, sleep=recorder.sleep, timeout=TIMEOUT)
-    monkeypatch.setattr(hub_module, "RETRY", policy)
-    # hf_hub_download's GET takes its timeout from here, not from qarm's policy (see
-    # docs/reliability.md): the documented way to shorten it.
-    monkeypatch.setattr(hf_constants, "HF_HUB_DOWNLOAD_TIMEOUT", TIMEOUT)
-    monkeypatch.setattr(hf_http, "time", recorder)
-    monkeypatch.setattr(file_download, "time", recorder)
+    recorder = record_sleeps(monkeypatch, timeout=TIMEOUT)
     # Without the Hub's parameter count every shard header takes two reads: first, remainder.
     monkeypatch.setattr(hubserver, "_safetensors_parameters", lambda blob: Counter())
     return recorder
@@ -70,16 +47,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
 
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[Callable[..., HubServer]]:
-    stack = ExitStack()
-
-    def start(*specs: RepoSpec, **kwargs: Any) -> HubServer:
-        server = stack.enter_context(HubServer({s.repo_id: s for s in specs}, **kwargs))
-        stack.enter_context(point_huggingface_hub_at(server.endpoint, cache_dir=tmp_path / "hf"))
-        return server
-
-    with stack:
-        yield start
-    close_session()
+    yield from serving(tmp_path)
 
 
 def nvfp4(module: str, out: int, inp: int) -> dict[str, Any]:

@@ -13,20 +13,18 @@ import io
 import json
 import struct
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from huggingface_hub import close_session
 from huggingface_hub import constants as hf_constants
 
 import hubserver
 from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
-from hubserver import HubServer, RepoSpec, SparseFile, point_huggingface_hub_at
+from hubserver import HubServer, RepoSpec, SparseFile
+from hubtesting import Sleeps, record_sleeps, serving
 from qarm_audit import audit
 from qarm_audit.cli import _HubStderr
 from qarm_audit.errors import HeaderTooLargeError, HubError
@@ -51,44 +49,15 @@ DOCUMENTS = {
 # -- fixtures and helpers ------------------------------------------------------------------
 
 
-class Sleeps:
-    """Stands in for ``time.sleep`` (qarm's policy) and for huggingface_hub's ``time``."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 @pytest.fixture(autouse=True)
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
-    from huggingface_hub import file_download
-    from huggingface_hub.utils import _http as hf_http
-
-    recorder = Sleeps()
-    monkeypatch.setattr(hub_module, "RETRY", RetryPolicy(base_delay=0.01, sleep=recorder.sleep))
-    monkeypatch.setattr(hf_http, "time", recorder)
-    monkeypatch.setattr(file_download, "time", recorder)
-    return recorder
+    return record_sleeps(monkeypatch)
 
 
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[Callable[..., HubServer]]:
     """``hub(*specs, **server_kwargs)``: a started server that huggingface_hub points at."""
-    stack = ExitStack()
-
-    def start(*specs: RepoSpec, **kwargs: Any) -> HubServer:
-        server = stack.enter_context(HubServer({s.repo_id: s for s in specs}, **kwargs))
-        stack.enter_context(point_huggingface_hub_at(server.endpoint, cache_dir=tmp_path / "hf"))
-        return server
-
-    with stack:
-        yield start
-    close_session()
+    yield from serving(tmp_path)
 
 
 def nvfp4(module: str, out: int, inp: int) -> dict[str, tuple[str, tuple[int, ...]]]:

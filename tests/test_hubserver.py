@@ -38,14 +38,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import numpy as np
 import pytest
-from huggingface_hub import HfApi, RepoFile, close_session, get_session, hf_hub_download
+from huggingface_hub import HfApi, RepoFile, get_session, hf_hub_download
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -66,9 +65,9 @@ from hubserver import (
     RepoSpec,
     SparseFile,
     git_blob_sha1,
-    point_huggingface_hub_at,
     repo_from_folder,
 )
+from hubtesting import Sleeps, record_sleeps, serving
 
 TOKEN = "hf_test_token_123"
 CONFIG = {
@@ -119,40 +118,12 @@ def write_sharded(folder: Path) -> dict[str, dict[str, np.ndarray[Any, Any]]]:
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., HubServer]]:
     """Start a HubServer for some RepoSpecs and point huggingface_hub at it."""
-    stack = ExitStack()
-
-    def _serve(*specs: RepoSpec, **kwargs: Any) -> HubServer:
-        server = stack.enter_context(HubServer({s.repo_id: s for s in specs}, **kwargs))
-        stack.enter_context(point_huggingface_hub_at(server.endpoint, cache_dir=tmp_path / "hf"))
-        return server
-
-    with stack:
-        yield _serve
-    close_session()  # drop pooled keep-alive connections to the stopped server
-
-
-class SleepRecorder:
-    """Stands in for the ``time`` module inside huggingface_hub: records sleeps."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
+    yield from serving(tmp_path)
 
 
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> SleepRecorder:
-    from huggingface_hub import file_download
-    from huggingface_hub.utils import _http as hf_http
-
-    recorder = SleepRecorder()
-    monkeypatch.setattr(hf_http, "time", recorder)
-    monkeypatch.setattr(file_download, "time", recorder)
-    return recorder
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
+    return record_sleeps(monkeypatch, qarm=False)
 
 
 @pytest.fixture
@@ -571,7 +542,7 @@ def test_latency_fault(serve: Callable[..., HubServer], single: Any) -> None:
 
 
 def test_503_then_ok(
-    serve: Callable[..., HubServer], single: Any, sleeps: SleepRecorder, tmp_path: Path
+    serve: Callable[..., HubServer], single: Any, sleeps: Sleeps, tmp_path: Path
 ) -> None:
     spec, folder = single
     server = serve(spec)
@@ -623,7 +594,7 @@ def test_503_then_ok(
 
 
 def test_429_retry_after(
-    serve: Callable[..., HubServer], single: Any, sleeps: SleepRecorder, tmp_path: Path
+    serve: Callable[..., HubServer], single: Any, sleeps: Sleeps, tmp_path: Path
 ) -> None:
     spec, _ = single
     server = serve(spec)
@@ -648,7 +619,7 @@ def test_429_retry_after(
 
 
 def test_connection_reset_and_disconnect(
-    serve: Callable[..., HubServer], single: Any, sleeps: SleepRecorder, tmp_path: Path
+    serve: Callable[..., HubServer], single: Any, sleeps: Sleeps, tmp_path: Path
 ) -> None:
     spec, _ = single
     server = serve(spec)
@@ -682,7 +653,7 @@ def test_connection_reset_and_disconnect(
 
 
 def test_truncated_body(
-    serve: Callable[..., HubServer], single: Any, sleeps: SleepRecorder, tmp_path: Path
+    serve: Callable[..., HubServer], single: Any, sleeps: Sleeps, tmp_path: Path
 ) -> None:
     spec, folder = single
     server = serve(spec)
@@ -786,7 +757,7 @@ def test_counters(serve: Callable[..., HubServer], single: Any) -> None:
 
 
 def test_cdn_redirect_for_lfs_files(
-    serve: Callable[..., HubServer], tmp_path: Path, sleeps: SleepRecorder
+    serve: Callable[..., HubServer], tmp_path: Path, sleeps: Sleeps
 ) -> None:
     folder = tmp_path / "gated"
     write_single(folder)
