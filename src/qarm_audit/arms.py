@@ -214,8 +214,6 @@ class Decider:
 
     def marks(self, module: str) -> tuple[bool, ...]:
         """Which of the profile's ``module_contains`` strings the name holds."""
-        if not self._contains:
-            return ()
         return tuple(s in module for s in self._contains)
 
     def decide(self, view: View, cap: int | None) -> ArmDecision:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .inventory import ModuleInfo
 from .operands import KV_OPERANDS, OperandKind, classify_operand
@@ -20,14 +20,6 @@ class Spelling:
     producer: str
     """``modelopt`` or ``compressed-tensors`` spelling where the two differ, else ``""``."""
     detail: str
-    _hash: int = field(init=False, repr=False, compare=False)
-    """Kept: a spelling keys the per-layout caches of every pass, once per module."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.family, self.producer, self.detail)))
-
-    def __hash__(self) -> int:
-        return self._hash
 
     @property
     def quantized(self) -> bool:

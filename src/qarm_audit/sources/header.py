@@ -149,7 +149,7 @@ def _entries(document: dict[str, Any], where: str) -> list[TensorEntry]:
             and set(map(type, shapes)) <= _LIST
             and set(map(type, offsets)) <= _LIST
             and set(map(len, offsets)) <= _TWO
-            and _counts(chain.from_iterable(shapes))
+            and _counts(list(chain.from_iterable(shapes)))
             and _counts(flat := list(chain.from_iterable(offsets)))
         ):
             fields = zip(document, dtypes, map(tuple, shapes), flat[0::2], flat[1::2], strict=True)
@@ -157,9 +157,8 @@ def _entries(document: dict[str, Any], where: str) -> list[TensorEntry]:
     return [_entry(name, value, where) for name, value in document.items()]
 
 
-def _counts(values: Iterable[Any]) -> bool:
+def _counts(items: list[Any]) -> bool:
     """All ints (not bools, not floats) in [0, MAX_DIM)."""
-    items = values if isinstance(values, list) else list(values)
     return set(map(type, items)) <= _INT and (
         not items or (min(items) >= 0 and max(items) < MAX_DIM)
     )
