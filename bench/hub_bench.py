@@ -54,7 +54,7 @@ from huggingface_hub.utils import (  # noqa: E402
 
 import hubserver  # noqa: E402
 from hubserver import HubServer, RepoSpec, SparseFile, point_huggingface_hub_at  # noqa: E402
-from qarm_audit.audit import audit  # noqa: E402
+from qarm_audit.commands.audit import audit  # noqa: E402
 from qarm_audit.sources import hub as qarm_hub  # noqa: E402
 from qarm_audit.sources import open_source  # noqa: E402
 from qarm_audit.sources.header import DTYPE_BITS  # noqa: E402

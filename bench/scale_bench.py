@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from synthetic import build  # noqa: E402
 
 from qarm_audit.declarations import read_declaration  # noqa: E402
-from qarm_audit.inventory import FUSED_SHARDS, ModuleInfo, build_inventory  # noqa: E402
-from qarm_audit.resolver import EXCLUDED, UNLISTED, Membership, resolve  # noqa: E402
+from qarm_audit.modules.inventory import FUSED_SHARDS, ModuleInfo, build_inventory  # noqa: E402
+from qarm_audit.resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve  # noqa: E402
 
 # --- the engine-style baseline -------------------------------------------------------------
 

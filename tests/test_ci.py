@@ -10,8 +10,8 @@ import pytest
 from conftest import MANIFESTS, fp8_modelopt, llama, modelopt_file, write_checkpoint
 from qarm_audit import IgnoreRule, audit
 from qarm_audit.errors import ExitCode
-from qarm_audit.policy import PolicyError, load_config_ignores
 from qarm_audit.report.model import FindingRow, IgnoredRow, Report
+from qarm_audit.report.policy import PolicyError, load_config_ignores
 from qarm_audit.report.render_github import _escape_data, _escape_property, render_github
 
 CLEAN = MANIFESTS / "seed-mtp-w4a16.manifest.json"
@@ -203,7 +203,7 @@ def test_library_ignores(refused: Path) -> None:
     assert report.refusals == [] and report.verdict != "refused"
     assert [(i.code, i.origin) for i in report.ignored] == [(STRAY, "api")]
     with pytest.raises(PolicyError):
-        from qarm_audit.policy import parse_cli_ignores
+        from qarm_audit.report.policy import parse_cli_ignores
 
         parse_cli_ignores([STRAY], None)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from conftest import MANIFESTS, llama, modelopt_file, nvfp4_modelopt, write_checkpoint
-from qarm_audit.diff import DiffReport, diff
+from qarm_audit.commands.diff import DiffReport, diff
 from qarm_audit.errors import ExitCode
-from qarm_audit.operands import split_name
+from qarm_audit.modules.operands import split_name
 from qarm_audit.report.render_diff import render_diff_json, render_diff_markdown
 
 MTP = str(MANIFESTS / "seed-mtp-w4a16.manifest.json")

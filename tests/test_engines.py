@@ -25,8 +25,8 @@ from conftest import (
     write_checkpoint,
 )
 from qarm_audit import audit
-from qarm_audit.arms import STANDARD_GPUS, gpu_label, parse_gpu
-from qarm_audit.audit import DEFAULT_ENGINE
+from qarm_audit.commands.audit import DEFAULT_ENGINE
+from qarm_audit.engines.arms import STANDARD_GPUS, gpu_label, parse_gpu
 from qarm_audit.engines.profile import (
     BUILTIN,
     SOURCE_FORMAT,

@@ -17,11 +17,11 @@ from conftest import (
     nvfp4_modelopt,
     write_checkpoint,
 )
+from qarm_audit.commands.explain import Explanation, NameNotFoundError, explain, trace
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import ExitCode
-from qarm_audit.explain import Explanation, NameNotFoundError, explain, trace
-from qarm_audit.inventory import build_inventory
-from qarm_audit.resolver import resolve
+from qarm_audit.modules.inventory import build_inventory
+from qarm_audit.resolve.resolver import resolve
 from qarm_audit.sources import open_source
 from qarm_audit.sources.checkpoint import TensorEntry
 

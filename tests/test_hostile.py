@@ -17,7 +17,6 @@ import pytest
 
 from conftest import modelopt_file, write_checkpoint
 from qarm_audit import audit
-from qarm_audit import matchers as matchers_module
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import (
     DeclarationError,
@@ -30,8 +29,9 @@ from qarm_audit.errors import (
     ShardIndexError,
     SourceSpecError,
 )
-from qarm_audit.matchers import FirstMatch, regex_deadline
 from qarm_audit.report import render_json, render_markdown
+from qarm_audit.resolve import matchers as matchers_module
+from qarm_audit.resolve.matchers import FirstMatch, regex_deadline
 from qarm_audit.sources import Checkpoint, Origin, ShardHeader, TensorEntry, open_source
 from qarm_audit.sources.header import BITS_LIMIT, DTYPE_BITS, HEADER_CAP, length_prefix
 from qarm_audit.sources.index import parse_index

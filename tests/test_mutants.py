@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from qarm_audit import matchers
-from qarm_audit.crosscheck import (
+from qarm_audit.check.crosscheck import (
     F32,
     FLOAT,
     Operand,
@@ -26,11 +25,13 @@ from qarm_audit.crosscheck import (
     check_module,
     contract,
 )
+from qarm_audit.check.spelling import NONE, Spelling, spell
 from qarm_audit.declarations import read_declaration
 from qarm_audit.declarations.schemes import Scheme
 from qarm_audit.errors import PatternError
-from qarm_audit.inventory import ModuleInfo, build_inventory
-from qarm_audit.matchers import (
+from qarm_audit.modules.inventory import ModuleInfo, build_inventory
+from qarm_audit.resolve import matchers
+from qarm_audit.resolve.matchers import (
     FirstMatch,
     PrefixIndex,
     SubstringSet,
@@ -42,9 +43,8 @@ from qarm_audit.matchers import (
     regex_deadline,
     regex_prefix,
 )
-from qarm_audit.resolver import Membership, _language_model_aliases, resolve
+from qarm_audit.resolve.resolver import Membership, _language_model_aliases, resolve
 from qarm_audit.sources.checkpoint import TensorEntry
-from qarm_audit.spelling import NONE, Spelling, spell
 
 MODULE = "model.layers.0.mlp.down_proj"
 FP8S = frozenset({"F8_E4M3", "F8_E5M2"})
@@ -1230,7 +1230,7 @@ def test_prefix_edges() -> None:
 
 
 def test_trie_regex_factors_shared_prefixes() -> None:
-    from qarm_audit.matchers import trie_regex
+    from qarm_audit.resolve.matchers import trie_regex
 
     assert trie_regex([]) == ""
     assert trie_regex(["x"]) == "x"

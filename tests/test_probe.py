@@ -13,8 +13,8 @@ import pytest
 
 from conftest import MANIFESTS, bf16, f16, f32, llama, modelopt_file, write_checkpoint
 from qarm_audit import audit
+from qarm_audit.check.probe import BOUND, decode, value_text
 from qarm_audit.errors import ExitCode, FetchError, SourceSpecError
-from qarm_audit.probe import BOUND, decode, value_text
 from qarm_audit.sources import open_source
 from qarm_audit.sources.local import LocalBytes
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import QarmError
-from qarm_audit.inventory import build_inventory
-from qarm_audit.resolver import resolve
+from qarm_audit.modules.inventory import build_inventory
+from qarm_audit.resolve.resolver import resolve
 from qarm_audit.sources import header as header_module
 from qarm_audit.sources.checkpoint import Checkpoint, Origin, TensorEntry
 from qarm_audit.sources.header import DTYPE_BITS, length_prefix, parse_header
@@ -180,7 +180,7 @@ def test_resolver_gives_every_module_exactly_one_membership(
 def test_the_trie_regex_finds_exactly_the_words_that_occur(words: list[str], text: str) -> None:
     import re
 
-    from qarm_audit.matchers import trie_regex
+    from qarm_audit.resolve.matchers import trie_regex
 
     assert bool(re.compile(trie_regex(words)).search(text)) == any(w in text for w in words)
 

@@ -8,8 +8,8 @@ import pytest
 
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import PatternError
-from qarm_audit.inventory import build_inventory
-from qarm_audit.resolver import resolve
+from qarm_audit.modules.inventory import build_inventory
+from qarm_audit.resolve.resolver import resolve
 from qarm_audit.sources.checkpoint import TensorEntry
 
 LINEAR = ("weight", "weight_scale")
@@ -267,6 +267,6 @@ def test_ct_regex_with_an_optional_literal_still_matches() -> None:
     ],
 )
 def test_regex_literal_prefix_is_conservative(pattern: str, prefix: str) -> None:
-    from qarm_audit.matchers import regex_prefix
+    from qarm_audit.resolve.matchers import regex_prefix
 
     assert regex_prefix(pattern) == prefix

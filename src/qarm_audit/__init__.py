@@ -14,14 +14,17 @@ the command line maps it to.
 
 from __future__ import annotations
 
-from .audit import audit
-from .diff import DiffReport, diff
+from .commands.audit import audit
+from .commands.diff import diff
+from .commands.explain import explain
 from .errors import ExitCode, QarmError
-from .explain import Explanation, explain
-from .policy import IgnoreRule
+from .report.diff_model import DiffReport
+from .report.explain_model import Explanation
 from .report.model import Report
+from .report.policy import IgnoreRule
+from .runtime import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "DiffReport",

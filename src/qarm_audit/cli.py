@@ -13,11 +13,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from . import __version__
-from .audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
+from .commands.audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
 from .engines.profile import BUILTIN, load_profile
 from .errors import ExitCode, QarmError, UsageError
-from .policy import load_config_file, load_config_ignores, parse_cli_ignores
 from .report import (
     FORMATS,
     json_schema,
@@ -27,8 +25,10 @@ from .report import (
     verdict_line,
 )
 from .report.model import Report
+from .report.policy import load_config_file, load_config_ignores, parse_cli_ignores
 from .report.render_github import render_github_error
 from .report.render_table import render_table
+from .runtime import VERSION
 from .sources import open_source, write_manifest
 
 FAIL_ON = ("refusal", "warning", "never")
@@ -108,7 +108,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="qarm")
+@click.version_option(VERSION, prog_name="qarm")
 def cli() -> None:
     """Audit a quantized checkpoint's declaration against the tensors it ships."""
 
@@ -336,7 +336,7 @@ def manifest_command(source: str, output: Path, force: bool, require_pinned: boo
     checkpoint = open_source(
         source, require_pinned=require_pinned, observer=_HubStderr(bar=sys.stderr.isatty())
     )
-    from .integrity import check_integrity
+    from .sources.integrity import check_integrity
 
     check_integrity(checkpoint)
     written = write_manifest(checkpoint, output, force=force)
@@ -459,7 +459,7 @@ def diff_command(
     codes: 0 identical (names, dtypes, shapes, declarations, layout), 1 different, 2 usage or
     bad input, 3 could not read.
     """
-    from .diff import diff
+    from .commands.diff import diff
     from .report.render_diff import render_diff_json, render_diff_markdown, render_diff_table
 
     report = diff(
@@ -497,7 +497,7 @@ def explain_command(
     Exit codes: 0 explained, 2 NAME not found (the closest names are printed) or bad input,
     3 could not read.
     """
-    from .explain import explain
+    from .commands.explain import explain
     from .report.render_explain import (
         render_explain_json,
         render_explain_markdown,

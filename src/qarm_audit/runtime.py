@@ -1,10 +1,13 @@
-"""Process-level settings for large audits."""
+"""The running package: its version, and process-level settings for large audits."""
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+VERSION = "0.1.0"
+"""The package version (``qarm --version``, the Hub user agent); pyproject.toml states it too."""
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from ..diff import DiffReport, SideInfo, TensorChange
+    from .diff_model import DiffReport, SideInfo, TensorChange
 
 EXAMPLES = 40
 """Rows of a grouped table shown before the rest are counted (JSON keeps every one)."""

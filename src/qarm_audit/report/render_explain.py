@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from ..explain import Explanation, ModuleExplanation
+    from .explain_model import Explanation, ModuleExplanation
 
 MARK = {
     "decided": "→ decided",

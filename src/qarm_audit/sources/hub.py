@@ -74,6 +74,7 @@ from ..errors import (
     SourceSpecError,
     UsageError,
 )
+from ..runtime import VERSION
 from .checkpoint import DECLARATION_FILES, INDEX_FILE, SINGLE_FILE, Checkpoint, Origin, ShardHeader
 from .header import DTYPE_BITS, length_prefix, parse_header
 from .index import ShardIndex, check_shard_name, parse_index
@@ -655,9 +656,7 @@ class _HeaderFetcher:
 
 
 def _version() -> str:
-    from .. import __version__
-
-    return __version__
+    return VERSION
 
 
 def _check_content_range(value: str | None, start: int, end: int, shard: _Shard) -> None:

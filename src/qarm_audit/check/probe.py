@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from .findings import Finding, finding
-from .inventory import SHARD_TO_FUSED, ModuleInfo
-from .report.model import ProbeInfo, ScalarRow
-from .sources.checkpoint import Checkpoint, TensorEntry
+from ..findings import Finding, finding
+from ..modules.inventory import SHARD_TO_FUSED, ModuleInfo
+from ..report.model import ProbeInfo, ScalarRow
+from ..sources.checkpoint import Checkpoint, TensorEntry
 
 BOUND = 64
 """Most elements read from any one tensor: a scalar, or a per-head KV scale."""

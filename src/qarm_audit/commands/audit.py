@@ -7,19 +7,18 @@ from collections.abc import Mapping, Sequence
 from math import prod
 from typing import TYPE_CHECKING
 
-from .alike import Alike, group_alike
-from .arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
-from .crosscheck import check_all
-from .declarations import Declaration, read_declaration
-from .engines.profile import ROUTINGS, Profile, load_profile, resolve_env
-from .errors import UsageError
-from .findings import Finding, Severity, finding
-from .integrity import check_integrity
-from .inventory import ModuleInfo, build_inventory
-from .operands import WEIGHT_NAMES, OperandKind, classify_operand
-from .policy import IgnoreRule, apply_ignores
-from .probe import probe_scalars as probe_values
-from .report.model import (
+from ..check.alike import Alike, group_alike
+from ..check.crosscheck import check_all
+from ..check.probe import probe_scalars as probe_values
+from ..check.spelling import Spelling
+from ..declarations import Declaration, read_declaration
+from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
+from ..engines.profile import ROUTINGS, Profile, load_profile, resolve_env
+from ..errors import UsageError
+from ..findings import Finding, Severity, finding
+from ..modules.inventory import ModuleInfo, build_inventory
+from ..modules.operands import WEIGHT_NAMES, OperandKind, classify_operand
+from ..report.model import (
     Bucket,
     DeclarationInfo,
     EngineInfo,
@@ -32,13 +31,14 @@ from .report.model import (
     SourceInfo,
     Totals,
 )
-from .resolver import EXCLUDED, UNLISTED, Membership, resolve
-from .runtime import collector_paused
-from .sources import Checkpoint, open_source
-from .spelling import Spelling
+from ..report.policy import IgnoreRule, apply_ignores
+from ..resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve
+from ..runtime import collector_paused
+from ..sources import Checkpoint, open_source
+from ..sources.integrity import check_integrity
 
 if TYPE_CHECKING:
-    from .sources.hub import HubObserver
+    from ..sources.hub import HubObserver
 
 KV_CACHE = "kv_cache"
 UNCLASSIFIED = "unclassified"

@@ -6,11 +6,11 @@ not a content hash, and the report says so.
 
 from __future__ import annotations
 
-from .errors import IntegrityError, ShardIndexError
-from .findings import Finding, finding
-from .report.model import IntegrityInfo, ShardCheck
-from .sources.checkpoint import INDEX_FILE, Checkpoint
-from .sources.index import header_owners, load_index
+from ..errors import IntegrityError, ShardIndexError
+from ..findings import Finding, finding
+from ..report.model import IntegrityInfo, ShardCheck
+from .checkpoint import INDEX_FILE, Checkpoint
+from .index import header_owners, load_index
 
 VERIFICATION = (
     "semantic: every header parsed; data_offsets contiguous from 0 with no overlap or hole; "

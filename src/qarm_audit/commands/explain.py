@@ -13,16 +13,20 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .audit import DEFAULT_ENGINE, audit
-from .declarations import CompressedTensorsRules, Declaration, ModelOptRules, read_declaration
-from .engines.profile import Profile, load_profile, resolve_env
-from .errors import UsageError
-from .inventory import FUSED_SHARDS, ModuleInfo, build_inventory
-from .operands import QUANT_OPERANDS, classify_operand, split_name
-from .report.model import ArmRow, EngineInfo, FindingRow, SourceInfo
-from .resolver import (
+from ..check.spelling import spell
+from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules, read_declaration
+from ..engines.profile import Profile, load_profile, resolve_env
+from ..errors import UsageError
+from ..modules.inventory import FUSED_SHARDS, ModuleInfo, build_inventory
+from ..modules.operands import QUANT_OPERANDS, classify_operand, split_name
+from ..report.explain_model import (
+    Attempt,
+    Explanation,
+    ModuleExplanation,
+    OperandRow,
+)
+from ..report.model import ArmRow
+from ..resolve.resolver import (
     EXCLUDED,
     INFERRED_CLASS,
     UNLISTED,
@@ -33,10 +37,9 @@ from .resolver import (
     _ModelOpt,
     resolve,
 )
-from .sources import Checkpoint, open_source
-from .spelling import spell
+from ..sources import Checkpoint, open_source
+from .audit import DEFAULT_ENGINE, audit
 
-EXPLAIN_SCHEMA_VERSION = "1.0"
 SUGGESTIONS = 5
 
 DECIDED, SHADOWED, MISS, SPLIT, NA = "decided", "shadowed", "miss", "split", "n/a"
@@ -45,73 +48,6 @@ DECIDED, SHADOWED, MISS, SPLIT, NA = "decided", "shadowed", "miss", "split", "n/
 def _q(text: str) -> str:
     """A name or pattern quoted as written (``repr`` would double a regex's backslashes)."""
     return f"'{text}'"
-
-
-class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Attempt(_Row):
-    """One rule the resolver tries for a module."""
-
-    step: str
-    """``exclude: exact``, ``quantized_layers: prefix``, ``targets: regex`` ..."""
-    tried: str
-    """The name (or names) looked up."""
-    outcome: str
-    """``decided``, ``shadowed``, ``miss``, ``split`` or ``n/a``."""
-    detail: str
-    bucket: str = ""
-    """Where a match would put the module (a scheme, ``excluded``)."""
-
-
-class OperandRow(_Row):
-    operand: str
-    tensor: str
-    dtype: str
-    shape: list[int]
-    shard: str
-    kind: str
-    """``plain``, ``quant``, ``kv`` or ``unclassified``."""
-    family: str
-    """The quantization family the operand name belongs to, or ``""``."""
-
-
-class ModuleExplanation(_Row):
-    module: str
-    engine_name: str
-    """The module the engine builds: ``qkv_proj`` for ``q_proj``, ``experts`` for an expert."""
-    kind: str
-    fused_shards: list[str]
-    bucket: str
-    how: str
-    rule: str
-    scheme: str | None
-    """The decided scheme, described; None when the module is excluded or unlisted."""
-    attempts: list[Attempt]
-    operands: list[OperandRow]
-    shipped: str
-    """The shipped spelling family (``nvfp4``, ``fp8``, ``none`` ...)."""
-    shipped_detail: str
-    verdict: str
-    """``refused``, ``warnings`` or ``clean``, for this module's own findings."""
-    findings: list[FindingRow]
-    arms: list[ArmRow]
-    """The arm under the chosen engine profile (one row per GPU range where they differ)."""
-    arm_note: str | None = None
-    """Why there is no arm row (not a Linear, declared unquantized, ships nothing)."""
-
-
-class Explanation(_Row):
-    schema_version: str = EXPLAIN_SCHEMA_VERSION
-    query: str
-    matched: str
-    """``module``, ``tensor`` or ``engine module`` (a fused or experts name: each member)."""
-    tensor: str | None = None
-    source: SourceInfo
-    declaration: str
-    engine: EngineInfo
-    modules: list[ModuleExplanation] = Field(default_factory=list)
 
 
 class NameNotFoundError(UsageError):
@@ -506,8 +442,8 @@ def explain(
 
     Raises :class:`NameNotFoundError` (exit 2) with the closest names when nothing matches.
     """
-    from .arms import arm_rows, parse_gpu
-    from .crosscheck import check_all
+    from ..check.crosscheck import check_all
+    from ..engines.arms import arm_rows, parse_gpu
 
     profile = engine if isinstance(engine, Profile) else load_profile(engine)
     settings = resolve_env(profile, dict(env or {}))

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from operator import itemgetter
 
-from .errors import IntegrityError
+from ..errors import IntegrityError
+from ..sources.checkpoint import TensorEntry
 from .operands import KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
-from .sources.checkpoint import TensorEntry
 
 FUSED_SHARDS: dict[str, tuple[str, ...]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),

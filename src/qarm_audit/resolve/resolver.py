@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .declarations import CompressedTensorsRules, Declaration, ModelOptRules
-from .findings import Finding, finding
-from .inventory import FUSED_SHARDS, ModuleInfo
+from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules
+from ..findings import Finding, finding
+from ..modules.inventory import FUSED_SHARDS, ModuleInfo
 from .matchers import FirstMatch, SubstringSet, WildcardSet, regex_deadline
 
 

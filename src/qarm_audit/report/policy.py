@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import FetchError, UsageError
-from .findings import CODES
-from .report.model import FindingRow, IgnoredRow, Report
+from ..errors import FetchError, UsageError
+from ..findings import CODES
+from .model import FindingRow, IgnoredRow, Report
 
 
 class PolicyError(UsageError):

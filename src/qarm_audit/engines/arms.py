@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, contains
 
-from .alike import Alike, group_alike
-from .crosscheck import contract
-from .declarations import Declaration, Scheme
-from .engines.profile import Profile, View, select, uses_gpu
-from .findings import Finding, finding
-from .inventory import FUSED_SHARDS, ModuleInfo
-from .operands import OperandKind, classify_operand
-from .report.model import ArmRow, RoutingMove
-from .resolver import EXCLUDED, UNLISTED, Membership
-from .spelling import Spelling
+from ..check.alike import Alike, group_alike
+from ..check.crosscheck import contract
+from ..check.spelling import Spelling
+from ..declarations import Declaration, Scheme
+from ..findings import Finding, finding
+from ..modules.inventory import FUSED_SHARDS, ModuleInfo
+from ..modules.operands import OperandKind, classify_operand
+from ..report.model import ArmRow, RoutingMove
+from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
+from .profile import Profile, View, select, uses_gpu
 
 _NAME = attrgetter("name")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import TypeAlias
 
-from .errors import PatternError
+from ..errors import PatternError
 
 MAX_PATTERN_LENGTH = 4096
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")

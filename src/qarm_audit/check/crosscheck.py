@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..declarations import Declaration, Scheme
+from ..findings import Finding, finding
+from ..modules.inventory import ModuleInfo
+from ..modules.operands import KV_OPERANDS, OperandKind, classify_operand
+from ..resolve.resolver import Membership
+from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
-from .declarations import Declaration, Scheme
-from .findings import Finding, finding
-from .inventory import ModuleInfo
-from .operands import KV_OPERANDS, OperandKind, classify_operand
-from .resolver import Membership
-from .sources.checkpoint import TensorEntry
 from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
 
 

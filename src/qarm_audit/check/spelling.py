@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .inventory import ModuleInfo
-from .operands import KV_OPERANDS, OperandKind, classify_operand
+from ..modules.inventory import ModuleInfo
+from ..modules.operands import KV_OPERANDS, OperandKind, classify_operand
 
 FLOAT_DTYPES = frozenset({"BF16", "F16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .inventory import ModuleInfo, layout_key
-from .resolver import Membership
+from ..modules.inventory import ModuleInfo, layout_key
+from ..resolve.resolver import Membership
 from .spelling import Spelling
 
 
