@@ -1,4 +1,4 @@
-"""The audit pipeline: source -> declaration -> resolver -> cross-check -> report."""
+"""The audit: sources -> declarations -> modules -> resolve -> check -> engines -> report."""
 
 from __future__ import annotations
 
