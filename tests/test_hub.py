@@ -445,6 +445,29 @@ def test_truncated_body_is_retried_then_refused(hub: Any, run: Any, tmp_path: Pa
     assert "4 times; giving up" in result.stderr
 
 
+def test_a_failure_is_retried_by_one_loop_only(
+    hub: Any, run: Any, tmp_path: Path, sleeps: Sleeps
+) -> None:
+    """hf_hub_download resumes a GET closed early itself: qarm does not run it again on top."""
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.disconnect(path="*/hf_quant_config.json", method="GET", count=None)
+    result = run("audit", f"org/single@{spec.sha}")
+    assert result.exit_code == 3 and "RemoteProtocolError" in result.stderr
+    assert server.count("GET", "*/hf_quant_config.json") == 6  # its first try and 5 resumes
+    assert sleeps.calls == [1] * 5
+
+
+def test_rate_limit_wait_is_read_as_huggingface_hub_reads_it() -> None:
+    from qarm_audit.sources.hub.retry import rate_limited
+
+    both = {"RateLimit": '"api";r=0;t=55', "Retry-After": "7"}
+    assert (rate_limited(both).retry_after, rate_limited(both).asked_by) == (55.0, "RateLimit")
+    left = {"RateLimit": '"api";r=3;t=55', "Retry-After": "7"}
+    assert rate_limited(left).retry_after == 7.0
+    assert rate_limited({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after is None
+
+
 def test_gated_repo_names_hf_token_and_works_with_it(
     hub: Any, run: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:

@@ -1,0 +1,137 @@
+"""Checkpoints on the Hugging Face Hub, read header-only through ``huggingface_hub``.
+
+For ``owner/name[@revision]`` (see docs/hub.md for the whole story), in the order of this
+package's modules:
+
+1. listing.py: one request for what ``HfApi.model_info(repo, revision=...,
+   files_metadata=True)`` returns, the commit sha the revision points at *and* that commit's
+   files with their sizes and LFS sha256. A branch or tag is resolved here, once; every later
+   request is built on the sha, so a push to the branch during the run cannot mix two revisions.
+   Then the declaration documents and ``model.safetensors.index.json`` the listing holds, through
+   ``hf_hub_download`` at the sha (the Hub cache: a second run makes no request for them).
+2. headers.py: each shard's 8-byte prefix and header by HTTP range reads on
+   ``/{repo}/resolve/{sha}/{file}``, a first read sized from what is known (sizing.py) and, when
+   the header turns out longer, exactly one second read of the missing remainder. ranges.py
+   checks each answer: ``206`` with exactly the ``Content-Range`` asked for and exactly that many
+   bytes; a server that ignores ``Range`` is cut off, never downloaded.
+3. cache.py: every header fetched online is also written under
+   ``<HF_HUB_CACHE>/models--owner--name/qarm-audit/<sha>/``; with ``HF_HUB_OFFLINE=1`` an audit
+   is read from there and from the documents in the Hub cache, or refused with a
+   :class:`HubOfflineError` naming what is missing.
+
+Retries are huggingface_hub's backoff plus the little retry.py adds (:data:`RETRY`); failures
+become qarm's errors in failures.py. Endpoint (``HF_ENDPOINT``), token (``HF_TOKEN`` or the saved
+login), cache (``HF_HUB_CACHE``), offline mode (``HF_HUB_OFFLINE``) and error classes are
+huggingface_hub's own. The token is never part of a message.
+"""
+
+from __future__ import annotations
+
+from huggingface_hub import HfApi, constants
+from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
+    build_hf_headers,
+)
+
+from ...errors import SourceSpecError, UsageError
+from ...runtime import VERSION
+from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin
+from ..index import parse_index
+from . import listing
+from .cache import HeaderCache, read_offline
+from .failures import Context, HubOfflineError, RangeMismatchError, RangeNotHonouredError
+from .headers import HeaderFetcher, TensorBytes
+from .observer import HubObserver, Silent
+from .retry import RetryPolicy
+from .sizing import Estimator, header_bytes_hint
+
+__all__ = [
+    "RETRY",
+    "WORKERS",
+    "HubObserver",
+    "HubOfflineError",
+    "RangeMismatchError",
+    "RangeNotHonouredError",
+    "RetryPolicy",
+    "read_hub",
+]
+
+WORKERS = 16
+"""Shards whose headers are read at the same time."""
+
+RETRY = RetryPolicy()
+"""The policy in force (tests replace it)."""
+
+
+def read_hub(
+    repo: str,
+    revision: str | None,
+    *,
+    location: str,
+    require_pinned: bool,
+    observer: HubObserver | None = None,
+) -> Checkpoint:
+    """Read ``repo`` at ``revision`` (None: ``main``): documents verbatim and every shard header.
+
+    A branch or tag is resolved once to its commit sha and reported to ``observer.resolved``;
+    the returned checkpoint's origin names the sha. ``require_pinned`` refuses anything but a
+    full 40-hex commit sha.
+    """
+    watch: HubObserver = observer if observer is not None else Silent()
+    ref = revision or "main"
+    pinned = listing.SHA.fullmatch(ref) is not None
+    if require_pinned and not pinned:
+        given = f"revision {ref!r}" if revision else "no revision (the default branch, main)"
+        raise UsageError(
+            "--require-pinned",
+            f"{location}: {given} is not a full 40-hex commit sha; name the commit, "
+            f"e.g. {repo}@<sha>",
+        )
+    ctx = Context(location, repo, ref)
+    if constants.is_offline_mode():
+        return read_offline(ctx, pinned=pinned, watch=watch)
+    return _read_online(ctx, watch, pinned=pinned, require_pinned=require_pinned)
+
+
+def _read_online(
+    ctx: Context, watch: HubObserver, *, pinned: bool, require_pinned: bool
+) -> Checkpoint:
+    policy = RETRY
+    api = HfApi(library_name="qarm-audit", library_version=VERSION)
+    headers = build_hf_headers(library_name="qarm-audit", library_version=VERSION)
+
+    info = listing.read_listing(ctx, api, headers, policy)
+    ctx = listing.resolve(ctx, info, pinned=pinned, require_pinned=require_pinned, watch=watch)
+    sha = str(ctx.sha)
+    files = listing.files(ctx, info)
+
+    names = [n for n in (*DECLARATION_FILES, INDEX_FILE) if n in files]
+    texts = listing.documents(ctx, api, policy, names)
+    documents = {n: texts[n] for n in DECLARATION_FILES if n in texts}
+    index_text = texts.get(INDEX_FILE)
+    index = parse_index(index_text) if index_text is not None else None
+    shard_files, names_by_shard = listing.shard_files(files, index)
+    shards = listing.shards(ctx, files, shard_files, api.endpoint)
+    if not documents and not shards:
+        raise SourceSpecError(
+            ctx.location, "holds no declaration document and no .safetensors file"
+        )
+
+    hint = header_bytes_hint(info.safetensors, shards)
+    estimator = Estimator(names_by_shard, hint, shards=len(shards))
+    cache = HeaderCache.for_sha(ctx.repo, sha)
+    fetcher = HeaderFetcher(
+        ctx, watch, estimator, cache, policy=policy, headers=headers, workers=WORKERS
+    )
+    try:
+        headers_read = fetcher.fetch(shards)
+    finally:
+        cache.close()
+    cache.finish(None if ctx.revision.lower() == sha else ctx.revision, names, shards)
+    return Checkpoint(
+        origin=Origin("hub", ctx.location, repo=ctx.repo, revision=sha),
+        documents=documents,
+        index_text=index_text,
+        shards=tuple(headers_read),
+        read_bytes=TensorBytes(fetcher, shards),
+        parsed_index=index,
+    )

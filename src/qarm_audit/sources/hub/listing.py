@@ -1,0 +1,145 @@
+"""The listing: one request that resolves the revision to a commit sha and names its files; the
+documents it holds, downloaded at that sha; the shards to read.
+
+The listing is what ``HfApi.model_info(repo, revision=..., files_metadata=True)`` requests, made
+through huggingface_hub's ``http_backoff`` so that its retries are huggingface_hub's (retry.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import urllib.parse
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from huggingface_hub import HfApi, ModelInfo, hf_hub_url
+from huggingface_hub.hf_api import RepoSibling
+from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
+    hf_raise_for_status,
+    http_backoff,
+    silent_tqdm,
+    validate_repo_id,
+)
+
+from ...errors import HubError, ShardIndexError, UsageError
+from ..checkpoint import INDEX_FILE, SINGLE_FILE
+from ..index import ShardIndex, check_shard_name
+from ..local import read_text
+from .failures import Context
+from .observer import HubObserver
+from .ranges import Shard
+from .retry import RetryPolicy, backoff, downloading, rate_limited, requesting
+
+SHA = re.compile(r"[0-9a-fA-F]{40}")
+"""A full commit sha."""
+
+
+def read_listing(
+    ctx: Context, api: HfApi, headers: Mapping[str, str], policy: RetryPolicy
+) -> ModelInfo:
+    """``model_info(ctx.repo, revision=ctx.revision, files_metadata=True)``, retried."""
+    validate_repo_id(ctx.repo)
+    url = (
+        f"{api.endpoint}/api/models/{ctx.repo}/revision/{urllib.parse.quote(ctx.revision, safe='')}"
+    )
+
+    def attempt(tries: int) -> ModelInfo:
+        r = http_backoff(
+            "GET", url, headers=dict(headers), params={"blobs": True}, **backoff(policy, tries)
+        )
+        if r.status_code == 429:
+            raise rate_limited(r.headers)
+        hf_raise_for_status(r)
+        return ModelInfo(**r.json())  # type: ignore[no-untyped-call]  # as model_info does
+
+    return requesting(attempt, policy, ctx, where=ctx.location, what="reading the file listing")
+
+
+def resolve(
+    ctx: Context, info: ModelInfo, *, pinned: bool, require_pinned: bool, watch: HubObserver
+) -> Context:
+    """The context at the commit sha the listing names; a branch or tag is reported to
+    ``watch.resolved`` (or refused with ``require_pinned``)."""
+    sha = (info.sha or "").lower()
+    if SHA.fullmatch(sha) is None:
+        raise HubError(ctx.location, f"the Hub named no commit sha for revision {ctx.revision!r}")
+    if not pinned or sha != ctx.revision.lower():
+        if require_pinned:
+            raise UsageError(
+                "--require-pinned",
+                f"{ctx.location}: {ctx.revision!r} is a branch or tag pointing at {sha}, "
+                "not a commit sha",
+            )
+        watch.resolved(ctx.revision, sha)
+    return dataclasses.replace(ctx, sha=sha)
+
+
+def files(ctx: Context, info: ModelInfo) -> dict[str, RepoSibling]:
+    """The commit's files by name."""
+    if info.siblings is None:
+        raise HubError(ctx.location, f"the Hub returned no file listing for {ctx.repo}@{ctx.sha}")
+    return {s.rfilename: s for s in info.siblings}
+
+
+def documents(ctx: Context, api: HfApi, policy: RetryPolicy, names: list[str]) -> dict[str, str]:
+    """Download the documents in parallel into the Hub cache, at the sha; return their text."""
+    if not names:
+        return {}
+
+    def document(name: str) -> str:
+        path = downloading(
+            lambda: api.hf_hub_download(
+                ctx.repo,
+                name,
+                revision=ctx.sha,
+                etag_timeout=policy.request_timeout(),
+                tqdm_class=silent_tqdm,
+            ),
+            policy,
+            ctx,
+            where=name,
+            what=f"downloading {name}",
+            file=name,
+        )
+        return read_text(Path(path), name)
+
+    with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="qarm-doc") as pool:
+        futures = {name: pool.submit(document, name) for name in names}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def shard_files(
+    listing: Mapping[str, RepoSibling], index: ShardIndex | None
+) -> tuple[list[str], dict[str, list[str]] | None]:
+    """The shards to read (the index's, else ``model.safetensors``, else every root
+    ``*.safetensors``), and each one's tensor names when an index gives them."""
+    if index is not None:
+        names_by_shard: dict[str, list[str]] = {file: [] for file in index.shard_files}
+        for tensor, file in index.weight_map.items():
+            names_by_shard[file].append(tensor)
+        return list(index.shard_files), names_by_shard
+    if SINGLE_FILE in listing:
+        return [SINGLE_FILE], None
+    return sorted(n for n in listing if "/" not in n and n.endswith(".safetensors")), None
+
+
+def shards(
+    ctx: Context, listing: Mapping[str, RepoSibling], names: list[str], endpoint: str
+) -> list[Shard]:
+    """Each named shard with its size, LFS sha256 and URL at the sha."""
+    found: list[Shard] = []
+    for file in names:
+        check_shard_name(file, INDEX_FILE)
+        sibling = listing.get(file)
+        if sibling is None:
+            raise ShardIndexError(
+                INDEX_FILE, f"names shard {file!r}, which is not in {ctx.repo}@{ctx.sha}"
+            )
+        size = sibling.size if sibling.size is not None else getattr(sibling.lfs, "size", None)
+        if not isinstance(size, int):
+            raise HubError(file, f"the listing of {ctx.repo}@{ctx.sha} gives no size for it")
+        url = hf_hub_url(ctx.repo, file, revision=ctx.sha, endpoint=endpoint)
+        found.append(Shard(file, size, url, sibling.lfs.sha256 if sibling.lfs else None))
+    return found
