@@ -42,7 +42,7 @@ def open_source(
 ) -> Checkpoint:
     """Read a local folder, a cache snapshot, a manifest, a lone file, or a Hub ``repo@rev``.
 
-    ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub.py``.
+    ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub/``.
     """
     with collector_paused():
         return _open(spec, require_pinned, observer)
