@@ -120,12 +120,12 @@ SCENARIOS: dict[str, tuple[str, str, list[str]]] = {
     ),
     "ct-regex-before-exact": (
         "config.json",
-        ct({"a": ["re:.*q_proj"], "b": ["model.layers.0.self_attn.q_proj", "Embedding"]}),
+        ct({"a": ["re:.*down_proj"], "b": ["model.layers.0.mlp.down_proj", "Embedding"]}),
         BASE,
     ),
     "ct-exact-before-regex": (
         "config.json",
-        ct({"b": ["model.layers.0.self_attn.q_proj"], "a": ["re:.*_proj", "Linear"]}),
+        ct({"b": ["model.layers.0.mlp.down_proj"], "a": ["re:.*_proj", "Linear"]}),
         BASE,
     ),
     "no-declaration": ("config.json", json.dumps({"model_type": "llama"}), BASE),
@@ -203,7 +203,8 @@ def test_compressed_tensors_target_order_decides_between_exact_and_regex() -> No
     ):
         document, text, names = SCENARIOS[scenario]
         modules = build_inventory(entries(*names))
-        attempts, decided = trace(read_declaration({document: text}), modules, ATTN[0])
+        down = next(n for n in names if n.endswith("down_proj"))  # not a fused shard
+        attempts, decided = trace(read_declaration({document: text}), modules, down)
         assert decided.how == how
         assert outcomes(attempts)[shadowed] == "shadowed"
     document, text, names = SCENARIOS["ct-ignore-and-class"]

@@ -964,8 +964,9 @@ def test_mixed_prefix_children_that_disagree_are_named() -> None:
 def test_ct_fused_shards_declared_apart_are_named() -> None:
     shards = [f"model.layers.0.mlp.{p}" for p in ("gate_proj", "up_proj")]
     r = resolved(ctdoc({"g": ["re:.*gate_proj"]}), shards)
+    # vLLM finds no target for every shard: the whole gate_up_proj stays unquantized
     assert memberships(r) == {
-        shards[0]: ("g", "regex", "re:.*gate_proj"),
+        shards[0]: ("unlisted", "none", ""),
         shards[1]: ("unlisted", "none", ""),
     }
     assert messages(r) == [
@@ -973,7 +974,7 @@ def test_ct_fused_shards_declared_apart_are_named() -> None:
             "fused-shards-disagree",
             "model.layers.0.mlp.gate_up_proj",
             "model.layers.0.mlp.gate_up_proj is loaded from shards declared gate_proj=g, "
-            "up_proj=unlisted; engines require one scheme per fused module",
+            "up_proj=unlisted; vLLM builds one layer and resolves every shard unlisted (none)",
         )
     ]
 
@@ -1344,7 +1345,8 @@ def test_mixed_two_shard_fused_module_and_experts() -> None:
     experts = [f"model.layers.0.mlp.experts.{e}.up_proj" for e in (0, 1)]
     layers = {experts[0]: {"quant_algo": "FP8"}, experts[1]: {"quant_algo": "NVFP4"}}
     r = resolved(mo("MIXED_PRECISION", layers=layers), experts)
-    assert r.findings == []  # experts are not a fused module: each keeps its own precision
+    # each expert keeps its own declared precision, but the engine decides the layer once
+    assert [f.code for f in r.findings] == ["experts-disagree"]
     assert [m[0] for m in memberships(r).values()] == ["FP8", "NVFP4"]
 
 
@@ -1353,7 +1355,8 @@ def test_ct_experts_are_resolved_one_by_one() -> None:
     r = resolved(ctdoc({"g": ["Linear"]}, ["model.layers.0.mlp.experts"]), experts)
     assert set(memberships(r).values()) == {("g", "class", "Linear")}
     r = resolved(ctdoc({"a": [experts[0]], "b": [experts[1]]}), experts)
-    assert r.findings == []
+    # one engine layer, decided once: experts declared apart are refused
+    assert [f.code for f in r.findings] == ["experts-disagree"]
 
 
 def test_spelling_lists_every_operand_of_an_unknown_weight() -> None:

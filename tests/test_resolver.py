@@ -179,11 +179,37 @@ FP8_GROUP = {"weights": {"num_bits": 8, "type": "float", "strategy": "tensor"}}
 
 
 def test_ct_regex_is_anchored_at_the_start_only() -> None:
-    doc = ct({"g": {**FP8_GROUP, "targets": ["re:.*q_proj", "re:down_proj"]}})
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:.*down_proj"]}})
     r = resolved(doc, entries(*ATTN, *MLP), "config.json")
-    assert how(r, "model.layers.0.self_attn.q_proj") == ("g", "regex", "re:.*q_proj")
+    assert how(r, "model.layers.0.mlp.down_proj") == ("g", "regex", "re:.*down_proj")
     # re.match, not search: "down_proj" does not match at the start of the name
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:down_proj"]}})
+    r = resolved(doc, entries(*ATTN, *MLP), "config.json")
     assert how(r, "model.layers.0.mlp.down_proj")[0] == "unlisted"
+
+
+def test_ct_target_on_the_fused_name_takes_every_shard() -> None:
+    # vLLM tests the fused layer's own name first: "qkv_proj" ends in "v_proj"
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:.*v_proj$"]}})
+    r = resolved(doc, entries(*ATTN), "config.json")
+    assert {how(r, n) for n in ATTN} == {("g", "fused", "re:.*v_proj$")}
+    assert r.findings == []
+
+
+def test_ct_targets_on_some_shards_leave_the_fused_layer_unquantized() -> None:
+    # q and k targeted, v not: vLLM finds no target for qkv_proj and says nothing
+    doc = ct({"g": {**FP8_GROUP, "targets": ["re:.*[qk]_proj$"]}})
+    r = resolved(doc, entries(*ATTN), "config.json")
+    assert {how(r, n)[0] for n in ATTN} == {"unlisted"}
+    assert {f.code for f in r.findings} == {"fused-shards-disagree"}
+    assert "resolves every shard unlisted" in r.findings[0].message
+
+
+def test_ct_every_shard_targeted_takes_the_first_shards_target() -> None:
+    doc = ct({"a": {**FP8_GROUP, "targets": [ATTN[0]]}, "b": {**FP8_GROUP, "targets": ATTN[1:3]}})
+    r = resolved(doc, entries(*ATTN[:3]), "config.json")
+    assert {how(r, n) for n in ATTN[:3]} == {("a", "fused", ATTN[0])}
+    assert [f.code for f in r.findings] == ["fused-shards-disagree"]  # k and v meant group b
 
 
 def test_ct_regex_is_not_fullmatch() -> None:

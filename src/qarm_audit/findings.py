@@ -45,6 +45,18 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.REFUSAL,
         "the shards of one fused module (q/k/v, gate/up) are declared differently",
     ),
+    "experts-disagree": (
+        Severity.REFUSAL,
+        "the experts of one MoE layer are declared differently; the engine decides the layer once",
+    ),
+    "architecture-not-modelled": (
+        Severity.INFO,
+        "the engine's layer tree is not modelled for this architecture: generic rules were used",
+    ),
+    "producer-engine-disagree": (
+        Severity.WARNING,
+        "the producer's library and the engine resolve a module of the declaration differently",
+    ),
     "operand-missing": (Severity.REFUSAL, "an operand the declared scheme requires is not shipped"),
     "operand-dtype": (Severity.REFUSAL, "an operand's dtype contradicts the declared scheme"),
     "operand-shape": (Severity.REFUSAL, "an operand's shape contradicts the declared scheme"),

@@ -16,6 +16,7 @@ from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.profile import ROUTINGS, Profile, load_profile, resolve_env
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
+from ..layers import build_tree, layer_facts, read_model_config, tree_findings
 from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import WEIGHT_NAMES, OperandKind, classify_operand
 from ..report.model import (
@@ -24,6 +25,7 @@ from ..report.model import (
     EngineInfo,
     FindingRow,
     KvInfo,
+    LayerTreeInfo,
     ModuleRow,
     ProbeInfo,
     Report,
@@ -32,6 +34,7 @@ from ..report.model import (
     Totals,
 )
 from ..report.policy import IgnoreRule, apply_ignores
+from ..resolve.producer import disagreements, producer_view
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve
 from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
@@ -106,9 +109,16 @@ def _audit(
     findings.extend(_declaration_refusals(declaration, checkpoint))
     tensors = [entry for shard in checkpoint.shards for entry in shard.tensors]
     modules = build_inventory(tensors)
-    resolution = resolve(declaration, modules)
+    tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
+    findings.extend(tree_findings(tree))
+    resolution = resolve(declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
+    producer = producer_view(declaration, modules)
+    if producer is not None:
+        findings.extend(
+            disagreements(producer, memberships, modules, "compressed-tensors", profile.label)
+        )
     alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
     spellings, refusals = check_all(declaration, modules, memberships, alike)
     findings.extend(refusals)
@@ -195,6 +205,12 @@ def _audit(
         integrity=integrity,
         modules=_module_rows(modules, memberships, spellings),
         probe=probe,
+        layer_tree=LayerTreeInfo(
+            architecture=tree.architecture,
+            facts=tree.facts,
+            modelled=tree.modelled,
+            cite=tree.cite,
+        ),
     )
 
 

@@ -17,7 +17,8 @@ from ..check.spelling import spell
 from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules, read_declaration
 from ..engines.profile import Profile, load_profile, resolve_env
 from ..errors import UsageError
-from ..modules.inventory import FUSED_SHARDS, ModuleInfo, build_inventory
+from ..layers import LayerTree, build_tree, layer_facts, read_model_config
+from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import QUANT_OPERANDS, classify_operand, split_name
 from ..report.explain_model import (
     Attempt,
@@ -28,13 +29,14 @@ from ..report.explain_model import (
 from ..report.model import ArmRow
 from ..resolve.resolver import (
     EXCLUDED,
-    INFERRED_CLASS,
     UNLISTED,
     Membership,
     _CompressedTensors,
     _Excludes,
     _language_model_aliases,
     _ModelOpt,
+    engine_class,
+    layer_override,
     resolve,
 )
 from ..sources import Checkpoint, open_source
@@ -87,18 +89,35 @@ class _Log:
     def split(self, step: str, tried: str, detail: str) -> None:
         self.attempts.append(Attempt(step=step, tried=tried, outcome=SPLIT, detail=detail))
 
+    def overrule(self, step: str, tried: str, membership: Membership, detail: str) -> None:
+        """The engine's layer decides after all: what the rules decided is shadowed."""
+        self.attempts = [
+            a.model_copy(update={"outcome": SHADOWED}) if a.outcome == DECIDED else a
+            for a in self.attempts
+        ]
+        self.attempts.append(
+            Attempt(
+                step=step, tried=tried, outcome=DECIDED, detail=detail, bucket=membership.bucket
+            )
+        )
+        self.decision = membership
+
 
 def trace(
-    declaration: Declaration, modules: Mapping[str, ModuleInfo], name: str
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    name: str,
+    tree: LayerTree | None = None,
 ) -> tuple[list[Attempt], Membership]:
     """Every resolution rule tried for module ``name``, and the membership that decided.
 
-    Pure: the declaration and the inventory in, attempts out; nothing is read.
+    Pure: the declaration and the inventory (annotated by ``tree``) in, attempts out.
     """
     info = modules[name]
     log = _Log()
+    split_star = tree is None or tree.has_mapper
     if declaration.modelopt is not None:
-        _trace_modelopt(log, declaration.modelopt, modules, info)
+        _trace_modelopt(log, declaration.modelopt, modules, info, split_star)
     elif declaration.compressed_tensors is not None:
         _trace_compressed_tensors(log, declaration.compressed_tensors, modules, info)
     else:
@@ -113,6 +132,20 @@ def trace(
     if decision is None:
         decision = Membership(UNLISTED, "none")
         log.hit("no rule matched", name, decision, "unlisted: unquantized")
+    override = layer_override(info) if decision.declared_quantized else None
+    if override is not None and log.decision is not None:
+        what = (
+            "is built without a quant config"
+            if override.how == "no-quant-config"
+            else "takes no quant method (engines quantize Linear and MoE layers only)"
+        )
+        log.overrule(
+            "engine layer",
+            f"{info.engine_name} ({override.rule})",
+            override,
+            f"the engine's {override.rule} {what}: unquantized whatever the declaration says",
+        )
+        decision = override
     return log.attempts, decision
 
 
@@ -121,7 +154,7 @@ def _members(modules: Mapping[str, ModuleInfo], info: ModuleInfo) -> list[Module
 
 
 def _fused(engine: str, members: list[ModuleInfo]) -> bool:
-    return len(members) > 1 and engine.endswith(tuple(FUSED_SHARDS))
+    return len(members) > 1 and bool(members[0].fused_shards)
 
 
 def _entry(written: str, matched: str) -> str:
@@ -129,7 +162,11 @@ def _entry(written: str, matched: str) -> str:
 
 
 def _trace_modelopt(
-    log: _Log, rules: ModelOptRules, modules: Mapping[str, ModuleInfo], info: ModuleInfo
+    log: _Log,
+    rules: ModelOptRules,
+    modules: Mapping[str, ModuleInfo],
+    info: ModuleInfo,
+    split_star: bool = True,
 ) -> None:
     engine = info.engine_name
     members = _members(modules, info)
@@ -137,7 +174,7 @@ def _trace_modelopt(
     if not rules.excludes:
         log.na("exclude_modules", "the declaration lists no exclude_modules / ignore entries")
     else:
-        ex = _Excludes(rules.excludes)
+        ex = _Excludes(rules.excludes, split_star)
         if engine in ex.exact:
             written = ex.origin[engine]
             how = "exact" if written == engine else "wildcard"
@@ -187,6 +224,13 @@ def _trace_modelopt(
                 Membership(EXCLUDED, "substring", written),
                 f"{_q(substring)} occurs inside the name (vLLM's legacy raw-substring stage)",
             )
+        elif ex.everything:
+            log.hit(
+                "exclude: substring",
+                engine,
+                Membership(EXCLUDED, "substring", ""),
+                "the empty entry '' occurs inside every name (vLLM's raw-substring stage)",
+            )
         else:
             log.miss("exclude: substring", engine)
         if _fused(engine, members):
@@ -225,7 +269,7 @@ def _trace_modelopt(
             log.miss("class: Linear", info.name, f"a {info.kind} module is not a Linear")
         return
     layers = rules.layers
-    resolver = _ModelOpt(rules, modules)
+    resolver = _ModelOpt(rules, modules, split_star)
     aliases = list(dict.fromkeys(_language_model_aliases(info.name)))
     exact = next((c for c in aliases if c in layers), None)
     if exact is not None:
@@ -290,6 +334,26 @@ def _trace_modelopt(
 def _trace_compressed_tensors(
     log: _Log, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo], info: ModuleInfo
 ) -> None:
+    _trace_ct_rules(log, rules, modules, info)
+    members = _members(modules, info)
+    if not _fused(info.engine_name, members):
+        return
+    # vLLM decides a fused layer once (see resolver._CompressedTensors._fused)
+    group = {m.name: m for m in members}
+    decided = _CompressedTensors(rules, group).run().memberships[info.name]
+    if log.decision is not None and decided != log.decision:
+        log.overrule(
+            "fused layer",
+            info.engine_name,
+            decided,
+            f"vLLM resolves the fused layer once for every shard: {decided.bucket} "
+            f"({decided.how}{' ' + _q(decided.rule) if decided.rule else ''})",
+        )
+
+
+def _trace_ct_rules(
+    log: _Log, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo], info: ModuleInfo
+) -> None:
     ct = _CompressedTensors(rules, modules)
     engine = info.engine_name
     names = [engine, info.name] if _fused(engine, _members(modules, info)) else [info.name]
@@ -322,6 +386,18 @@ def _trace_compressed_tensors(
             log.miss(f"ignore: regex{scope}", name)
         else:
             log.na(f"ignore: regex{scope}", "no re: ignore entries")
+    if len(names) > 1:
+        whole = ct._target_name(engine, info)
+        if whole is not None:
+            log.hit(
+                "targets (fused module)",
+                engine,
+                whole,
+                f"target {_q(whole.rule)} names the fused layer itself: every shard takes "
+                f"group {whole.bucket}",
+            )
+        else:
+            log.miss("targets (fused module)", engine)
     exact = ct.target_exact.get(info.name)
     j = ct.target_regex.first(info.name)
     regex = ct.regex_targets[j][0] if j is not None else None
@@ -342,7 +418,7 @@ def _trace_compressed_tensors(
             Membership(group, how, target),
             f"target #{index} {_q(target)} of group {group}{later}",
         )
-    cls = INFERRED_CLASS.get(info.kind)
+    cls = engine_class(info)
     if cls is None:
         log.miss("targets: class", info.name, f"a {info.kind} module has no class a target names")
         return
@@ -462,14 +538,15 @@ def explain(
     matched, names, tensor = _lookup(modules, name)
     if not names:
         raise _not_found(checkpoint, declaration, modules, name)
-    memberships = resolve(declaration, modules).memberships
+    tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
+    memberships = resolve(declaration, modules, tree).memberships
     spellings, _ = check_all(declaration, modules, memberships)
     shard_of = {e.name: s.file for s in checkpoint.shards for e in s.tensors}
     rows = [*report.refusals, *report.warnings, *report.notes]
     out = []
     for module in names:
         info = modules[module]
-        attempts, decided = trace(declaration, modules, module)
+        attempts, decided = trace(declaration, modules, module, tree)
         membership = memberships[module]
         scheme = (
             declaration.schemes.get(membership.bucket) if membership.declared_quantized else None

@@ -36,6 +36,13 @@ class ModuleInfo:
     """The module the engine builds for it: ``qkv_proj`` for ``q_proj``, ``experts`` for experts."""
     fused_shards: tuple[str, ...] = ()
     """For a shard of a fused module: every shard of that module present in the checkpoint."""
+    layer_kind: str = ""
+    """The engine layer's kind (``linear``, ``fused``, ``lm_head``, ``router``, ``norm``,
+    ``embedding``, ``conv``, ``experts``, ``other``); set by the layer tree."""
+    layer_class: str = ""
+    """The engine's class for the layer (``QKVParallelLinear``), or ``""`` where not known."""
+    quant_config: bool = True
+    """False for a layer the engine builds without a quant config: never quantized."""
     layout: int = 0
     """Equal, and above 0, for modules alike but for their names: the same (operand, dtype,
     shape) in the same order (a MoE's experts), so every later pass can decide once per layout.

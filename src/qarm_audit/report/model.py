@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """Bumped to 1.1 for fields added since 1.0, all optional (they have defaults; ``ignored`` is
 one): a 1.0 reader that skips unknown keys reads a 1.1 report. A removed or retyped field would
 make it 2.0."""
@@ -152,6 +152,19 @@ class EngineInfo(_Row):
     gpu: str | None
 
 
+class LayerTreeInfo(_Row):
+    """The engine layer tree the modules were resolved on."""
+
+    architecture: str
+    """``config.json``'s first ``architectures`` entry, or ``""``."""
+    facts: str
+    """The engine release whose facts built the tree (``vllm 0.33.0``), or ``generic``."""
+    modelled: bool
+    """False when generic rules stood in (no facts for this engine or architecture)."""
+    cite: str = ""
+    """``owner/repo path@commit`` of the model file the facts were read from."""
+
+
 class ShardCheck(_Row):
     file: str
     size: int
@@ -238,6 +251,8 @@ class Report(_Row):
     modules: list[ModuleRow]
     probe: ProbeInfo | None = None
     """Scale values, only with ``--probe-scalars``; None means no tensor byte was read."""
+    layer_tree: LayerTreeInfo | None = None
+    """Since 1.2: the engine layer tree the modules were resolved on."""
 
     def worst(self) -> str:
         if self.refusals:

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules
 from ..findings import Finding, finding
-from ..modules.inventory import FUSED_SHARDS, ModuleInfo
+from ..layers import LayerTree
+from ..modules.inventory import ModuleInfo
 from .matchers import FirstMatch, SubstringSet, WildcardSet, regex_deadline
 
 
@@ -25,7 +26,9 @@ class Membership(NamedTuple):
     bucket: str
     """A scheme name, or ``excluded`` / ``unlisted``."""
     how: str
-    """exact, fused, prefix, experts, regex, class, substring, wildcard, or none."""
+    """exact, fused, prefix, experts, regex, class, substring, wildcard, none; or, where the
+    engine's layer takes no quant method whatever the declaration says, no-quant-config (a
+    layer built without one, such as a router) or not-a-linear (a norm, a convolution)."""
     rule: str = ""
     """The entry, pattern or target that decided."""
 
@@ -34,14 +37,49 @@ class Membership(NamedTuple):
         return self.bucket not in (EXCLUDED, UNLISTED)
 
 
-INFERRED_CLASS = {"linear": "linear", "embedding": "vocabparallelembedding"}
-"""The engine class a module kind stands for; vLLM matches class targets as a case-insensitive
-substring of it (``Linear`` in ``QKVParallelLinear``)."""
+INFERRED_CLASS = {
+    "linear": "linear",
+    "fused": "linear",
+    "router": "linear",
+    "experts": "linear",
+    "embedding": "vocabparallelembedding",
+}
+"""The engine class a module kind stands for where the layer tree names none; vLLM matches
+class targets as a case-insensitive substring of the class (``Linear`` in
+``QKVParallelLinear``, not in ``ParallelLMHead``)."""
+
+
+def engine_class(info: ModuleInfo) -> str | None:
+    """The lower-cased class a class target is tested against, or None for no class."""
+    if info.layer_class:
+        return info.layer_class.lower()
+    return INFERRED_CLASS.get(info.layer_kind or info.kind)
+
 
 EXCLUDED = "excluded"
 UNLISTED = "unlisted"
-_FUSED = tuple(FUSED_SHARDS)
 _UNLISTED = Membership(UNLISTED, "none")
+NOT_QUANTIZABLE = frozenset({"norm", "conv"})
+"""Layer kinds no quant method applies to in the engines (only Linear and MoE layers)."""
+
+
+def layer_override(info: ModuleInfo) -> Membership | None:
+    """The engine builds this layer with no quant method, whatever the declaration says."""
+    if not info.quant_config:
+        return Membership(UNLISTED, "no-quant-config", info.layer_class or info.layer_kind)
+    if info.layer_kind in NOT_QUANTIZABLE:
+        return Membership(UNLISTED, "not-a-linear", info.layer_class or info.layer_kind)
+    return None
+
+
+def _engine(membership: Membership, info: ModuleInfo) -> Membership:
+    if membership.declared_quantized:
+        return layer_override(info) or membership
+    return membership
+
+
+def _is_fused(members: list[ModuleInfo]) -> bool:
+    return len(members) > 1 and bool(members[0].fused_shards)
 
 
 @dataclass
@@ -52,13 +90,38 @@ class Resolution:
     """Declared entries (MIXED keys, exact CT targets) that name no shipped module."""
 
 
-def resolve(declaration: Declaration, modules: Mapping[str, ModuleInfo]) -> Resolution:
+def resolve(
+    declaration: Declaration, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
+) -> Resolution:
+    """``tree`` is the layer tree the modules were annotated with (None: the generic one)."""
+    split_star = tree is None or tree.has_mapper
     if declaration.modelopt is not None:
-        return _ModelOpt(declaration.modelopt, modules).run()
+        return _ModelOpt(declaration.modelopt, modules, split_star).run()
     if declaration.compressed_tensors is not None:
         with regex_deadline():  # one watchdog for every re: match of the run
             return _CompressedTensors(declaration.compressed_tensors, modules).run()
     return Resolution(dict.fromkeys(modules, _UNLISTED))
+
+
+def experts_disagree(
+    engine_name: str, members: list[ModuleInfo], memberships: Mapping[str, Membership]
+) -> Finding | None:
+    """One scheme per MoE layer: the engine decides the whole experts layer once."""
+    if not engine_name.endswith(".experts") or len(members) < 2:
+        return None
+    buckets: dict[str, list[str]] = {}
+    for m in members:
+        buckets.setdefault(memberships[m.name].bucket, []).append(m.name)
+    if len(buckets) < 2:
+        return None
+    first = memberships[members[0].name].bucket
+    detail = ", ".join(f"{b} on {len(names)} (e.g. {names[0]})" for b, names in buckets.items())
+    return finding(
+        "experts-disagree",
+        f"{engine_name} is one engine layer, decided once from its first expert ({first}), but "
+        f"its experts are declared {detail}",
+        module=engine_name,
+    )
 
 
 def _language_model_aliases(name: str) -> list[str]:
@@ -80,13 +143,16 @@ def _language_model_aliases(name: str) -> list[str]:
 class _Excludes:
     """ModelOpt ``exclude_modules`` / ``ignore`` as vLLM applies them to the engine's name."""
 
-    def __init__(self, entries: tuple[str, ...]) -> None:
+    def __init__(self, entries: tuple[str, ...], split_star: bool = True) -> None:
         expanded: list[str] = []
         self.origin: dict[str, str] = {}
         """Expanded entry -> the entry as written, so provenance quotes the declaration."""
+        self.everything = "" in entries
+        """vLLM's substring stage finds the empty entry inside every name."""
         for entry in entries:
-            # vLLM's mapper splits "X*" (no dot before the star) into "X" and "X.*"
-            if entry.endswith("*") and not entry.endswith(".*") and len(entry) > 1:
+            # vLLM's mapper splits "X*" (no dot before the star) into "X" and "X.*"; only
+            # model classes that have a mapper run it
+            if split_star and entry.endswith("*") and not entry.endswith(".*") and len(entry) > 1:
                 for part in (entry[:-1], entry[:-1] + ".*"):
                     expanded.append(part)
                     self.origin.setdefault(part, entry)
@@ -115,14 +181,18 @@ class _Excludes:
         substring = self.substring.first(engine_name)
         if substring is not None:
             return "substring", self.origin.get(substring, substring)
+        if self.everything:
+            return "substring", ""
         return None
 
 
 class _ModelOpt:
-    def __init__(self, rules: ModelOptRules, modules: Mapping[str, ModuleInfo]) -> None:
+    def __init__(
+        self, rules: ModelOptRules, modules: Mapping[str, ModuleInfo], split_star: bool = True
+    ) -> None:
         self.rules = rules
         self.modules = modules
-        self.excludes = _Excludes(rules.excludes)
+        self.excludes = _Excludes(rules.excludes, split_star)
         self.layers = rules.layers
         self.out = Resolution()
         if self.layers is not None:
@@ -146,10 +216,13 @@ class _ModelOpt:
             if excluded is not None:
                 self.out.memberships[info.name] = excluded
             elif self.layers is None:
-                self.out.memberships[info.name] = self._single(info)
+                self.out.memberships[info.name] = _engine(self._single(info), info)
             else:
-                self.out.memberships[info.name] = self._mixed(info, engine_name)
-        if len(members) > 1 and excluded is None and engine_name.endswith(_FUSED):
+                self.out.memberships[info.name] = _engine(self._mixed(info, engine_name), info)
+        mixed = experts_disagree(engine_name, members, self.out.memberships)
+        if mixed is not None:
+            self.out.findings.append(mixed)
+        if excluded is None and _is_fused(members):
             buckets = {self.out.memberships[m.name].bucket for m in members}
             if len(buckets) > 1:
                 detail = ", ".join(
@@ -168,7 +241,7 @@ class _ModelOpt:
         if not self.rules.excludes:
             return None
         hit = self.excludes.check(engine_name, ())
-        if hit is None and len(members) > 1 and engine_name.endswith(_FUSED):
+        if hit is None and _is_fused(members):
             listed = [m for m in members if m.name in self.excludes.exact]
             if listed and len(listed) == len(members):
                 hit = ("exact", listed[0].name)
@@ -189,7 +262,10 @@ class _ModelOpt:
                 finding(
                     "substring-exclude",
                     f"{engine_name} is excluded only because {entry!r} occurs inside its name "
-                    "(vLLM's raw-substring stage); no exact or wildcard entry covers it",
+                    "(vLLM's raw-substring stage); no exact or wildcard entry covers it"
+                    if entry
+                    else f"{engine_name} is excluded only because the exclude list holds an "
+                    "empty entry, which vLLM's raw-substring stage finds inside every name",
                     module=engine_name,
                 )
             )
@@ -268,28 +344,78 @@ class _CompressedTensors:
         for info in self.modules.values():
             groups.setdefault(info.engine_name, []).append(info)
         for engine_name, members in groups.items():
-            fused = len(members) > 1 and engine_name.endswith(_FUSED)
-            ignored = self._ignored(engine_name) if fused else None
-            for info in members:
-                self.out.memberships[info.name] = (
-                    ignored or self._ignored(info.name) or self._target(info)
-                )
-            if fused:
-                buckets = {self.out.memberships[m.name].bucket for m in members}
-                if len(buckets) > 1:
-                    detail = ", ".join(
-                        f"{m.leaf}={self.out.memberships[m.name].bucket}" for m in members
-                    )
-                    self.out.findings.append(
-                        finding(
-                            "fused-shards-disagree",
-                            f"{engine_name} is loaded from shards declared {detail}; engines "
-                            "require one scheme per fused module",
-                            module=engine_name,
-                        )
-                    )
+            if _is_fused(members):
+                self._fused(engine_name, members)
+            else:
+                for info in members:
+                    own = self._ignored(info.name) or self._target(info)
+                    self.out.memberships[info.name] = _engine(own, info)
+            mixed = experts_disagree(engine_name, members, self.out.memberships)
+            if mixed is not None:
+                self.out.findings.append(mixed)
         self.out.unmatched = [t for t in self.target_exact if "." in t and t not in self.modules]
         return self.out
+
+    def _fused(self, engine_name: str, members: list[ModuleInfo]) -> None:
+        """vLLM's one decision for a fused layer: ignore by the fused name or by every shard
+        (some shards only: it raises); then a target naming the fused layer, else a target
+        for every shard (the first shard's decides), else the layer's class."""
+        own = {m.name: self._ignored(m.name) or self._target(m) for m in members}
+        ignored = self._ignored(engine_name)
+        shards_ignored = [own[m.name].bucket == EXCLUDED for m in members]
+        if ignored is None and all(shards_ignored):
+            ignored = own[members[0].name]
+        if ignored is not None:
+            for info in members:
+                self.out.memberships[info.name] = ignored
+            return
+        if any(shards_ignored):
+            decided = own  # vLLM refuses the layer: "Found different quantization schemes"
+        else:
+            named = self._target_name(engine_name, members[0])
+            if named is not None:
+                # the declaration names the engine's layer itself: one answer, no disagreement
+                own = dict.fromkeys(own, named)
+            whole = (
+                named or self._shards_target(members) or self._class_target(members[0]) or _UNLISTED
+            )
+            decided = dict.fromkeys(own, whole)
+        for info in members:
+            self.out.memberships[info.name] = _engine(decided[info.name], info)
+        if len({m.bucket for m in own.values()}) > 1:
+            detail = ", ".join(f"{m.leaf}={own[m.name].bucket}" for m in members)
+            engine = self.out.memberships[members[0].name]
+            outcome = (
+                "vLLM refuses a layer whose shards are ignored unevenly"
+                if any(shards_ignored)
+                else f"vLLM builds one layer and resolves every shard {engine.bucket} "
+                f"({engine.how}{' ' + repr(engine.rule) if engine.rule else ''})"
+            )
+            self.out.findings.append(
+                finding(
+                    "fused-shards-disagree",
+                    f"{engine_name} is loaded from shards declared {detail}; {outcome}",
+                    module=engine_name,
+                )
+            )
+
+    def _shards_target(self, members: list[ModuleInfo]) -> Membership | None:
+        """Every shard's name matches a target: the first shard's target decides."""
+        firsts = [self._target_name(m.name, m) for m in members]
+        if any(f is None for f in firsts):
+            return None
+        first = firsts[0]
+        assert first is not None
+        return Membership(first.bucket, "fused", first.rule)
+
+    def _class_target(self, info: ModuleInfo) -> Membership | None:
+        cls = engine_class(info)
+        if cls is None:
+            return None
+        for target in self.targets:
+            if not target.startswith("re:") and "." not in target and target.lower() in cls:
+                return Membership(self.rules.targets[target], "class", target)
+        return None
 
     def _ignored(self, name: str) -> Membership | None:
         if name in self.ignore_exact:
@@ -299,6 +425,19 @@ class _CompressedTensors:
             return Membership(EXCLUDED, "regex", "re:" + self.ignore_regex_src[i])
         return None
 
+    def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
+        """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
+        best: tuple[int, str] | None = None
+        if name in self.target_exact:
+            best = (self.target_exact[name], "exact")
+        j = self.target_regex.first(name)
+        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
+            best = (self.regex_targets[j][0], "regex")
+        if best is None:
+            return None
+        target = self.targets[best[0]]
+        return Membership(self.rules.targets[target], "fused", target)
+
     def _target(self, info: ModuleInfo) -> Membership:
         best: tuple[int, str] | None = None
         if info.name in self.target_exact:
@@ -307,13 +446,6 @@ class _CompressedTensors:
         if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
             best = (self.regex_targets[j][0], "regex")
         if best is None:
-            cls = INFERRED_CLASS.get(info.kind)
-            if cls is not None:
-                for i, target in enumerate(self.targets):
-                    if not target.startswith("re:") and "." not in target and target.lower() in cls:
-                        best = (i, "class")
-                        break
-        if best is None:
-            return _UNLISTED
+            return self._class_target(info) or _UNLISTED
         target = self.targets[best[0]]
         return Membership(self.rules.targets[target], best[1], target)

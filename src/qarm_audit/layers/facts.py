@@ -1,0 +1,122 @@
+"""Per-architecture facts of one engine release, read from ``facts/<engine>-<release>.json``.
+
+The files are written by ``scripts/derive_engine_layers.py`` from the release's own source
+(read with ``ast``, never imported) and cite ``owner/repo path@commit`` for every fact; a new
+release is a regenerate-and-review step. Only facts live here, no engine code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+FACTS_FORMAT = "qarm-engine-layers/1"
+
+
+@dataclass(frozen=True)
+class LayerFact:
+    """How the architecture builds a layer whose prefix ends in a given leaf."""
+
+    cls: str
+    quant_config: str
+    """``passed`` (built with the model's quant config), ``none`` (built without: never
+    quantized) or ``other``."""
+    line: int = 0
+    condition: str = ""
+
+
+@dataclass(frozen=True)
+class Packing:
+    fused: str
+    shards: tuple[str, ...]
+    config: str = ""
+    """A config key that must be set (not None) for the packing to exist (``q_lora_rank``)."""
+
+
+@dataclass(frozen=True)
+class ArchitectureFacts:
+    name: str
+    model_file: str
+    cite: str
+    packings: tuple[Packing, ...]
+    has_mapper: bool
+    mapper_prefixes: tuple[tuple[str, str], ...] = ()
+    layers: dict[str, tuple[LayerFact, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    engine: str
+    release: str
+    commit: str
+    architectures: dict[str, ArchitectureFacts]
+    classes: dict[str, tuple[str, ...]]
+    """Layer class -> its base classes, as far as the facts know them."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.release}"
+
+    def is_linear(self, cls: str) -> bool:
+        """A ``LinearBase`` subclass (what a quant config's linear method applies to)."""
+        seen: set[str] = set()
+        todo = [cls]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name == "LinearBase":
+                return True
+            todo.extend(self.classes.get(name, ()))
+        return False
+
+
+def available() -> list[str]:
+    root = resources.files(__package__).joinpath("facts")
+    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+@cache
+def load_facts(name: str) -> EngineFacts:
+    """``name`` is ``<engine>-<release>`` (``vllm-0.33.0``)."""
+    text = resources.files(__package__).joinpath("facts", f"{name}.json").read_text("utf-8")
+    return _parse(json.loads(text))
+
+
+def _parse(data: dict[str, Any]) -> EngineFacts:
+    if data.get("format") != FACTS_FORMAT:
+        raise ValueError(f"layer facts format {data.get('format')!r}, expected {FACTS_FORMAT}")
+    commit = data["commit"]
+    archs: dict[str, ArchitectureFacts] = {}
+    for arch, item in data["architectures"].items():
+        packings = [
+            Packing(fused, tuple(shards))
+            for fused, shards in item["packed_modules_mapping"].items()
+        ]
+        packings += [
+            Packing(p["fused"], tuple(p["shards"]), p.get("config", ""))
+            for p in item.get("packed_when", [])
+        ]
+        mapper = item.get("mapper") or None
+        layers = {
+            leaf: tuple(
+                LayerFact(v["class"], v["quant_config"], v.get("line", 0), v.get("condition", ""))
+                for v in (variants if isinstance(variants, list) else [variants])
+            )
+            for leaf, variants in item.get("layers", {}).items()
+        }
+        archs[arch] = ArchitectureFacts(
+            name=arch,
+            model_file=item["model_file"],
+            cite=item.get("cite") or f"vllm-project/vllm {item['model_file']}@{commit}",
+            packings=tuple(packings),
+            has_mapper=mapper is not None,
+            mapper_prefixes=tuple(sorted((mapper or {}).get("orig_to_new_prefix", {}).items())),
+            layers=layers,
+        )
+    classes = {name: tuple(info.get("bases", ())) for name, info in data.get("classes", {}).items()}
+    return EngineFacts(data["engine"], data["release"], commit, archs, classes)

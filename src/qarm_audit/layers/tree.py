@@ -1,0 +1,204 @@
+"""Build the engine's layer tree over the checkpoint's modules.
+
+Each module is told the engine layer it is loaded into: its name (``qkv_proj`` for
+``q_proj``, ``experts`` for an expert), the fused shards present, the engine's class and
+kind, and whether the layer is built with a quant config at all. With no facts for the
+architecture (or none for the engine), generic rules are used and :class:`LayerTree` says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..modules.inventory import ModuleInfo
+from .facts import ArchitectureFacts, EngineFacts, LayerFact
+from .model_config import ModelConfig
+
+_EXPERT = re.compile(r"^(?P<experts>.*\.experts)\.\d+\.[^.]+$")
+_NORM = re.compile(r"(^|_)(norm|layernorm|ln|ln_f|ln_\d+|rmsnorm)($|_)|norm$")
+
+GENERIC = "generic"
+
+
+@dataclass(frozen=True)
+class LayerTree:
+    """Which facts built the tree, for the report and ``qarm explain``."""
+
+    architecture: str
+    facts: str
+    """``vllm 0.33.0`` or ``generic``."""
+    modelled: bool
+    cite: str = ""
+    has_mapper: bool = False
+    """The model class maps checkpoint names (``hf_to_vllm_mapper``): vLLM then also splits
+    ModelOpt ``X*`` excludes into ``X`` and ``X.*``."""
+    note: str = ""
+
+
+def build_tree(
+    modules: Mapping[str, ModuleInfo], config: ModelConfig, facts: EngineFacts | None
+) -> LayerTree:
+    arch = facts.architectures.get(config.architecture) if facts is not None else None
+    if facts is None or arch is None:
+        _generic(modules)
+        if facts is None:
+            return LayerTree(config.architecture, GENERIC, False, has_mapper=True)
+        what = config.architecture or "no architecture (config.json names none)"
+        return LayerTree(
+            config.architecture,
+            GENERIC,
+            False,
+            has_mapper=True,
+            note=f"{what} is not modelled for {facts.label}: generic layer rules were used "
+            "(q/k/v and gate/up fused, every 2-D weight a Linear with the quant config)",
+        )
+    _modelled(modules, config, arch, facts)
+    return LayerTree(
+        config.architecture, facts.label, True, cite=arch.cite, has_mapper=arch.has_mapper
+    )
+
+
+def _generic(modules: Mapping[str, ModuleInfo]) -> None:
+    """The rules used where no architecture is modelled: the inventory's fusing and names."""
+    routers = _routers(modules)
+    for info in modules.values():
+        if info.engine_name.endswith(".experts"):
+            info.layer_kind = "experts"
+        elif info.fused_shards:
+            info.layer_kind = "fused"
+        elif info.name in routers:
+            info.layer_kind = "router"
+        else:
+            info.layer_kind = _shape_kind(info)
+
+
+def _routers(modules: Mapping[str, ModuleInfo]) -> set[str]:
+    """``X.gate`` / ``X.router`` beside routed experts ``X.experts.N...``: a MoE router."""
+    parents = {
+        info.engine_name[: -len(".experts")]
+        for info in modules.values()
+        if info.engine_name.endswith(".experts")
+    }
+    return {f"{p}.{leaf}" for p in parents for leaf in ("gate", "router")} & modules.keys()
+
+
+def _shape_kind(info: ModuleInfo) -> str:
+    """The inventory's kind, except that a name saying "embedding" on a weight that is not a
+    2-D table is a convolution (``patch_embedding``) or a container (``embeddings``)."""
+    if info.kind != "embedding":
+        return info.kind
+    weight = info.weight
+    if weight is None:
+        return "other"
+    if len(weight.shape) >= 3:
+        return "conv"
+    return "embedding" if len(weight.shape) == 2 else "other"
+
+
+def _modelled(
+    modules: Mapping[str, ModuleInfo],
+    config: ModelConfig,
+    arch: ArchitectureFacts,
+    facts: EngineFacts,
+) -> None:
+    shard_to_fused: dict[str, str] = {}
+    fused_shards: dict[str, tuple[str, ...]] = {}
+    for packing in arch.packings:
+        if packing.config and config.get(packing.config) is None:
+            continue
+        fused_shards[packing.fused] = packing.shards
+        for shard in packing.shards:
+            shard_to_fused.setdefault(shard, packing.fused)
+    kinds: dict[tuple[str, str, bool, bool], tuple[str, str, bool]] = {}
+    for info in modules.values():
+        info.engine_name, info.fused_shards = info.name, ()
+        expert = _EXPERT.match(info.name) if ".experts." in info.name else None
+        if expert:
+            info.engine_name = expert["experts"]
+    routers = _routers(modules)
+    for info in modules.values():
+        parent, _, leaf = info.name.rpartition(".")
+        if info.engine_name.endswith(".experts") and info.engine_name != info.name:
+            leaf_for_class = "experts"
+        else:
+            leaf_for_class = leaf
+            fused = shard_to_fused.get(leaf)
+            if fused is not None:
+                prefix = f"{parent}." if parent else ""
+                present = tuple(
+                    f"{prefix}{s}" for s in fused_shards[fused] if f"{prefix}{s}" in modules
+                )
+                if len(present) >= 2:
+                    info.engine_name = f"{prefix}{fused}"
+                    info.fused_shards = present
+                    leaf_for_class = fused
+        router = info.name in routers
+        key = (leaf_for_class, info.kind, bool(info.fused_shards), router)
+        decided = kinds.get(key)
+        if decided is None:
+            decided = kinds[key] = _classify(leaf_for_class, info, arch, facts, router)
+        info.layer_kind, info.layer_class, info.quant_config = decided
+
+
+def _classify(
+    leaf: str, info: ModuleInfo, arch: ArchitectureFacts, facts: EngineFacts, router: bool
+) -> tuple[str, str, bool]:
+    """(kind, class, built with a quant config) for one leaf of this architecture."""
+    variants = arch.layers.get(leaf, ())
+    fact = _one(variants)
+    if leaf == "experts":
+        cls = fact.cls if fact else "FusedMoE"
+        return "experts", cls, fact is None or fact.quant_config != "none"
+    if info.fused_shards:
+        cls = fact.cls if fact else "MergedColumnParallelLinear"
+        return "fused", cls, fact is None or fact.quant_config != "none"
+    if fact is not None:
+        kind = "router" if router else _kind_of_class(fact.cls, leaf, info, facts)
+        return kind, fact.cls, fact.quant_config != "none"
+    # No fact for this leaf: name and rank decide, as the generic rules do.
+    if router:
+        return "router", "", True
+    if leaf == "lm_head":
+        return "lm_head", "ParallelLMHead", True
+    shape_kind = _shape_kind(info)
+    if shape_kind == "embedding":
+        return "embedding", "VocabParallelEmbedding", True
+    if shape_kind == "conv":
+        return "conv", "", True
+    if _NORM.search(leaf):
+        return "norm", "RMSNorm", True
+    if info.kind == "linear":
+        return "linear", "", True
+    weight = info.weight
+    if weight is not None and len(weight.shape) >= 3:
+        return "conv", "", True
+    return "other", "", True
+
+
+def _one(variants: tuple[LayerFact, ...]) -> LayerFact | None:
+    """The fact when every variant agrees on what matters (quantized or not), else the first
+    variant that keeps the quant config (the engine builds it in the common configuration)."""
+    if not variants:
+        return None
+    if len({v.quant_config == "none" for v in variants}) == 1:
+        return variants[0]
+    return next(v for v in variants if v.quant_config != "none")
+
+
+def _kind_of_class(cls: str, leaf: str, info: ModuleInfo, facts: EngineFacts) -> str:
+    low = cls.lower()
+    if "lmhead" in low:
+        return "lm_head"
+    if "embedding" in low:
+        return "embedding"
+    if "norm" in low:
+        return "norm"
+    if "conv" in low:
+        return "conv"
+    if "moe" in low:
+        return "experts"
+    if facts.is_linear(cls) or low.endswith("linear"):
+        return "linear"
+    return "other" if info.kind != "linear" else "linear"
