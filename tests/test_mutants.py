@@ -654,6 +654,13 @@ FINDINGS: dict[str, tuple[list[Any], Membership, Scheme | None, list[tuple[str, 
                 T + "input_scale",
                 f"{MODULE} is declared group_1 and ships no input_scale",
             ),
+            (
+                "operand-unexpected",
+                T + "weight_scale_inv",
+                f"{T}weight_scale_inv (F32 [1, 1]) is no operand of group_1 as "
+                "compressed-tensors writes it (input_scale, weight, weight_scale); it belongs "
+                "to the block-inv family",
+            ),
         ],
     ),
     "operands-missing": (

@@ -185,6 +185,28 @@ def test_planted_unclassified_operand(tmp_path: Path) -> None:
     assert refusals(plant(tmp_path, NV, edit)) == {"unclassified-operand": {DOWN}}
 
 
+STRAYS = [
+    (NV, "weight_scale_inv", "F32"),
+    (NV, "weight_global_scale", "F32"),
+    (NV, "mystery_scale", "F32"),
+    (NV, "smooth_factor", "BF16"),
+    ("modelopt-fp8", "weight_zero_point", "I8"),
+    ("modelopt-fp8", "weight_g_idx", "I32"),
+    ("llmcompressor-nvfp4", "weight_scale_2", "F32"),
+    ("llmcompressor-nvfp4", "input_scale", "F32"),
+]
+
+
+@pytest.mark.parametrize(("folder", "operand", "dtype"), STRAYS)
+def test_planted_stray_beside_a_complete_operand_set(
+    tmp_path: Path, folder: str, operand: str, dtype: str
+) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.{operand}"] = zeros(dtype, ())
+
+    assert refusals(plant(tmp_path, folder, edit), engine="vllm") == {"operand-unexpected": {DOWN}}
+
+
 def test_planted_missing_input_scale_on_w4a4(tmp_path: Path) -> None:
     def edit(t: Tensors) -> None:
         del t[f"{DOWN}.input_scale"]

@@ -58,6 +58,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         "the producer's library and the engine resolve a module of the declaration differently",
     ),
     "operand-missing": (Severity.REFUSAL, "an operand the declared scheme requires is not shipped"),
+    "operand-unexpected": (
+        Severity.REFUSAL,
+        "a module declared quantized ships a tensor its scheme's producer does not write",
+    ),
     "operand-dtype": (Severity.REFUSAL, "an operand's dtype contradicts the declared scheme"),
     "operand-shape": (Severity.REFUSAL, "an operand's shape contradicts the declared scheme"),
     "no-arm": (Severity.REFUSAL, "the engine profile has no arm for the declared algorithm"),

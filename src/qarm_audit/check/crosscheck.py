@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..declarations import Declaration, Scheme
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
-from ..modules.operands import KV_OPERANDS, OperandKind, classify_operand
+from ..modules.operands import KV_OPERANDS, QUANT_OPERANDS, OperandKind, classify_operand
 from ..resolve.resolver import Membership
 from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
@@ -262,6 +262,41 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
                     tensor=entry.name,
                 )
             )
+    out.extend(_strays(info, scheme, spec))
+    return out
+
+
+OPTIONAL: dict[tuple[str, str], frozenset[str]] = {
+    # ModelOpt's AWQ-smoothed exports keep the smoothing factor beside the scales
+    ("modelopt", "nvfp4"): frozenset({"pre_quant_scale"}),
+    ("modelopt", "fp8"): frozenset({"pre_quant_scale"}),
+    # compressed-tensors group quantization with activation ordering
+    ("compressed-tensors", "int"): frozenset({"weight_g_idx"}),
+}
+"""Operands a producer writes beside its contract in some exports; nothing else may be."""
+
+
+def _strays(info: ModuleInfo, scheme: Scheme, spec: list[Operand]) -> list[Finding]:
+    """Every shipped tensor the scheme's producer does not write: engines fail on an unexpected
+    parameter or drop its bytes silently, so a tensor that cannot be placed is refused."""
+    expected = {o.name for o in spec} | KV_OPERANDS | {"bias"}
+    expected |= OPTIONAL.get((scheme.producer, scheme.family), frozenset())
+    out: list[Finding] = []
+    for name, entry in info.operands.items():
+        if name in expected or classify_operand(name) is OperandKind.UNCLASSIFIED:
+            continue  # an unclassified operand is refused on its own
+        family = QUANT_OPERANDS.get(name)
+        what = f"it belongs to the {family} family" if family else "it is no operand qarm knows"
+        out.append(
+            finding(
+                "operand-unexpected",
+                f"{entry.name} ({entry.dtype} {list(entry.shape)}) is no operand of "
+                f"{scheme.name} as {scheme.producer} writes it "
+                f"({', '.join(sorted(o.name for o in spec))}); {what}",
+                module=info.name,
+                tensor=entry.name,
+            )
+        )
     return out
 
 
