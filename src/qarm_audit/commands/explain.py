@@ -132,7 +132,11 @@ def trace(
     if decision is None:
         decision = Membership(UNLISTED, "none")
         log.hit("no rule matched", name, decision, "unlisted: unquantized")
-    override = layer_override(info) if decision.declared_quantized else None
+    override = (
+        layer_override(info)
+        if decision.declared_quantized and decision.how not in ("prefix", "experts-parent")
+        else None
+    )
     if override is not None and log.decision is not None:
         what = (
             "is built without a quant config"

@@ -26,6 +26,8 @@ class LayerFact:
     quantized) or ``other``."""
     line: int = 0
     condition: str = ""
+    paths: tuple[str, ...] = ()
+    """The engine's names for such layers (``model.layers.*.mlp.gate``; ``*`` any part)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,16 @@ class EngineFacts:
         return False
 
 
+def _prefixes(mapper: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """Checkpoint prefix -> engine prefix, as the quant config sees names (a dropped prefix,
+    mapped to null, is left as it is)."""
+    if not mapper:
+        return ()
+    seen = mapper.get("rename_mapper") or mapper
+    table = seen.get("orig_to_new_prefix") or {}
+    return tuple(sorted((k, v) for k, v in table.items() if isinstance(v, str)))
+
+
 def available() -> list[str]:
     root = resources.files(__package__).joinpath("facts")
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
@@ -97,14 +109,23 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
             Packing(fused, tuple(shards))
             for fused, shards in item["packed_modules_mapping"].items()
         ]
+        # an entry whose condition is more than one "config.<key> is not None" test is left
+        # out: qarm cannot evaluate it (DeepSeek's qkv_proj for model_type "deepseek" only)
         packings += [
-            Packing(p["fused"], tuple(p["shards"]), p.get("config", ""))
+            Packing(p["fused"], tuple(p["shards"]), p["config"])
             for p in item.get("packed_when", [])
+            if p.get("config") and p.get("test", "is not None") == "is not None"
         ]
         mapper = item.get("mapper") or None
         layers = {
             leaf: tuple(
-                LayerFact(v["class"], v["quant_config"], v.get("line", 0), v.get("condition", ""))
+                LayerFact(
+                    v["class"],
+                    v["quant_config"],
+                    v.get("line", 0),
+                    v.get("condition", ""),
+                    tuple(p for p in v.get("paths", ()) if p),
+                )
                 for v in (variants if isinstance(variants, list) else [variants])
             )
             for leaf, variants in item.get("layers", {}).items()
@@ -115,8 +136,11 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
             cite=item.get("cite") or f"vllm-project/vllm {item['model_file']}@{commit}",
             packings=tuple(packings),
             has_mapper=mapper is not None,
-            mapper_prefixes=tuple(sorted((mapper or {}).get("orig_to_new_prefix", {}).items())),
+            mapper_prefixes=_prefixes(mapper),
             layers=layers,
         )
-    classes = {name: tuple(info.get("bases", ())) for name, info in data.get("classes", {}).items()}
+    classes = {
+        name: tuple(info.get("mro") or info.get("bases", ()))
+        for name, info in data.get("classes", {}).items()
+    }
     return EngineFacts(data["engine"], data["release"], commit, archs, classes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from ..modules.inventory import ModuleInfo
 from .facts import ArchitectureFacts, EngineFacts, LayerFact
@@ -45,14 +46,15 @@ def build_tree(
         _generic(modules)
         if facts is None:
             return LayerTree(config.architecture, GENERIC, False, has_mapper=True)
-        what = config.architecture or "no architecture (config.json names none)"
         return LayerTree(
             config.architecture,
             GENERIC,
             False,
             has_mapper=True,
-            note=f"{what} is not modelled for {facts.label}: generic layer rules were used "
-            "(q/k/v and gate/up fused, every 2-D weight a Linear with the quant config)",
+            note=f"{config.architecture} is not modelled for {facts.label}: generic layer rules "
+            "were used (q/k/v and gate/up fused, every 2-D weight a Linear with the quant config)"
+            if config.architecture
+            else "",
         )
     _modelled(modules, config, arch, facts)
     return LayerTree(
@@ -111,7 +113,7 @@ def _modelled(
         fused_shards[packing.fused] = packing.shards
         for shard in packing.shards:
             shard_to_fused.setdefault(shard, packing.fused)
-    kinds: dict[tuple[str, str, bool, bool], tuple[str, str, bool]] = {}
+    kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
     for info in modules.values():
         info.engine_name, info.fused_shards = info.name, ()
         expert = _EXPERT.match(info.name) if ".experts." in info.name else None
@@ -135,19 +137,44 @@ def _modelled(
                     info.fused_shards = present
                     leaf_for_class = fused
         router = info.name in routers
-        key = (leaf_for_class, info.kind, bool(info.fused_shards), router)
+        engine_path = _engine_path(info.engine_name, arch)
+        shape = _shape_path(engine_path)
+        key = (leaf_for_class, info.kind, bool(info.fused_shards), router, shape)
         decided = kinds.get(key)
         if decided is None:
-            decided = kinds[key] = _classify(leaf_for_class, info, arch, facts, router)
+            decided = kinds[key] = _classify(leaf_for_class, info, arch, facts, router, engine_path)
         info.layer_kind, info.layer_class, info.quant_config = decided
 
 
+def _engine_path(name: str, arch: ArchitectureFacts) -> str:
+    """The name the engine gives a layer: the model's prefix mapper applied."""
+    for old, new in arch.mapper_prefixes:
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
+
+
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _shape_path(path: str) -> str:
+    """Layer indices as ``*``: equal for every layer of a stack (the memo key)."""
+    return _INDEX.sub(".*", path)
+
+
 def _classify(
-    leaf: str, info: ModuleInfo, arch: ArchitectureFacts, facts: EngineFacts, router: bool
+    leaf: str,
+    info: ModuleInfo,
+    arch: ArchitectureFacts,
+    facts: EngineFacts,
+    router: bool,
+    engine_path: str,
 ) -> tuple[str, str, bool]:
     """(kind, class, built with a quant config) for one leaf of this architecture."""
     variants = arch.layers.get(leaf, ())
-    fact = _one(variants)
+    # the variants built at this place of the tree, where the facts say where
+    placed = tuple(v for v in variants if any(fnmatchcase(engine_path, p) for p in v.paths))
+    fact = _one(placed or variants)
     if leaf == "experts":
         cls = fact.cls if fact else "FusedMoE"
         return "experts", cls, fact is None or fact.quant_config != "none"

@@ -51,6 +51,9 @@ class targets as a case-insensitive substring of the class (``Linear`` in
 
 def engine_class(info: ModuleInfo) -> str | None:
     """The lower-cased class a class target is tested against, or None for no class."""
+    if info.layer_kind == "experts":
+        # vLLM adds the MoE layer to what a Linear target names (get_moe_method)
+        return "linear"
     if info.layer_class:
         return info.layer_class.lower()
     return INFERRED_CLASS.get(info.layer_kind or info.kind)
@@ -65,15 +68,20 @@ NOT_QUANTIZABLE = frozenset({"norm", "conv"})
 
 def layer_override(info: ModuleInfo) -> Membership | None:
     """The engine builds this layer with no quant method, whatever the declaration says."""
-    if not info.quant_config:
-        return Membership(UNLISTED, "no-quant-config", info.layer_class or info.layer_kind)
     if info.layer_kind in NOT_QUANTIZABLE:
         return Membership(UNLISTED, "not-a-linear", info.layer_class or info.layer_kind)
+    if not info.quant_config:
+        return Membership(UNLISTED, "no-quant-config", info.layer_class or info.layer_kind)
     return None
 
 
+INHERITED = frozenset({"prefix", "experts-parent"})
+"""Memberships a container inherits from its listed children: a declaration-level bucket,
+not a layer the engine builds with a quant method (the seed's ``linear_attn`` containers)."""
+
+
 def _engine(membership: Membership, info: ModuleInfo) -> Membership:
-    if membership.declared_quantized:
+    if membership.declared_quantized and membership.how not in INHERITED:
         return layer_override(info) or membership
     return membership
 
