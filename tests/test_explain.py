@@ -301,3 +301,17 @@ def test_formats(run) -> None:
     assert table.exit_code == ExitCode.CLEAN
     assert "→ decided" in table.stdout and "Operands shipped" in table.stdout
     assert run("explain", MTP, name, "--gpu", "sm999").exit_code == ExitCode.BAD_INPUT
+
+
+def test_explain_names_the_engine_layer_and_its_class() -> None:
+    folder = Path(__file__).parent.parent / "fixtures" / "producers" / "modelopt-nvfp4"
+    explained = explain(str(folder), "model.layers.0.self_attn.k_proj")
+    (module,) = explained.modules
+    assert (module.engine_name, module.layer_kind, module.layer_class) == (
+        "model.layers.0.self_attn.qkv_proj",
+        "fused",
+        "QKVParallelLinear",
+    )
+    assert module.layer_tree == "vllm 0.33.0"
+    (head,) = explain(str(folder), "lm_head").modules
+    assert (head.layer_kind, head.layer_class) == ("lm_head", "ParallelLMHead")

@@ -45,6 +45,14 @@ class ModuleExplanation(_Row):
     """The module the engine builds: ``qkv_proj`` for ``q_proj``, ``experts`` for an expert."""
     kind: str
     fused_shards: list[str]
+    layer_kind: str = ""
+    """The engine layer's kind (``linear``, ``fused``, ``lm_head``, ``router``, ``norm``, ...)."""
+    layer_class: str = ""
+    """The engine's class for the layer (``QKVParallelLinear``), ``""`` where not known."""
+    quant_config: bool = True
+    """False: the engine builds the layer without a quant config (never quantized)."""
+    layer_tree: str = ""
+    """The facts the layer tree was built from (``vllm 0.33.0``) or ``generic``."""
     bucket: str
     how: str
     rule: str
