@@ -20,6 +20,12 @@ SRC = ROOT / "src" / "qarm_audit"
 # fmt: off
 MUTATIONS: list[tuple[str, str, str, str]] = [
     # (name, file, original text, mutated text)
+    ("weights-unread", "commands/audit.py",
+     "    if tensors == 0:",
+     "    if False:"),
+    ("second-layout", "commands/audit.py",
+     "    if single is not None:",
+     "    if False:"),
     ("operand-unexpected", "check/crosscheck.py",
      "    out.extend(_strays(info, scheme, spec))\n",
      "\n"),

@@ -58,6 +58,18 @@ CODES: dict[str, tuple[Severity, str]] = {
         "the producer's library and the engine resolve a module of the declaration differently",
     ),
     "operand-missing": (Severity.REFUSAL, "an operand the declared scheme requires is not shipped"),
+    "weights-unread": (
+        Severity.REFUSAL,
+        "a checkpoint was audited and no tensor of it was read",
+    ),
+    "second-layout": (
+        Severity.REFUSAL,
+        "a single-file model.safetensors sits unread beside an index's shards",
+    ),
+    "weight-files-unread": (
+        Severity.WARNING,
+        "weight files qarm does not read sit beside the shards it read",
+    ),
     "operand-unexpected": (
         Severity.REFUSAL,
         "a module declared quantized ships a tensor its scheme's producer does not write",

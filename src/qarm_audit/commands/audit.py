@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from math import prod
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
@@ -38,7 +39,9 @@ from ..resolve.producer import disagreements, producer_view
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve
 from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
+from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
+from ..sources.unread import second_layout, unread_weight_files
 
 if TYPE_CHECKING:
     from ..sources.hub import HubObserver
@@ -107,6 +110,7 @@ def _audit(
     declaration = read_declaration(checkpoint.documents)
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
+    findings.extend(_unread_findings(checkpoint))
     tensors = [entry for shard in checkpoint.shards for entry in shard.tensors]
     modules = build_inventory(tensors)
     tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
@@ -235,6 +239,51 @@ def _module_rows(
             }
         )
     return rows
+
+
+def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:
+    """Nothing unread passes: a checkpoint whose tensors were not read is never clean, and
+    weight files beside the ones read are named."""
+    origin = checkpoint.origin
+    if origin.kind == "declaration":
+        return []
+    read = {shard.file for shard in checkpoint.shards}
+    unread = unread_weight_files(Path(origin.location), read) if origin.kind == "local" else []
+    listed = ", ".join(unread[:10]) + (f" and {len(unread) - 10} more" if len(unread) > 10 else "")
+    tensors = sum(len(shard.tensors) for shard in checkpoint.shards)
+    if tensors == 0:
+        where = f"; weight files qarm does not read: {listed}" if unread else ""
+        return [
+            finding(
+                "weights-unread",
+                f"{origin.location}: no tensor was read ({len(read)} safetensors shards, "
+                f"0 tensors){where}; nothing the declaration says was checked",
+            )
+        ]
+    out: list[Finding] = []
+    single = second_layout(
+        unread, checkpoint.index_text is not None or bool(checkpoint.derived_index)
+    )
+    if single is not None:
+        out.append(
+            finding(
+                "second-layout",
+                f"{single} sits beside {INDEX_FILE} and was not read: transformers loads the "
+                "single file first, vLLM the index's shards",
+                tensor=single,
+            )
+        )
+    rest = [f for f in unread if f != single]
+    if rest:
+        shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
+        out.append(
+            finding(
+                "weight-files-unread",
+                f"{len(rest)} weight files beside the {len(read)} shards read were not "
+                f"audited: {shown}",
+            )
+        )
+    return out
 
 
 def _declaration_refusals(declaration: Declaration, checkpoint: Checkpoint) -> list[Finding]:

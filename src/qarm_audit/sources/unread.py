@@ -1,0 +1,48 @@
+"""Weight files a checkpoint folder holds that the audit did not read.
+
+An engine or transformers may load weights qarm never saw: ``pytorch_model.bin`` where no
+safetensors shard exists, shards in a subfolder, or a ``model.safetensors`` beside an index
+(transformers loads the single file first, vLLM the index's shards). Listing them keeps a
+report from calling clean what it never read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .checkpoint import SINGLE_FILE
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
+MAX_LISTED = 10_000
+"""Files looked at, at most: a folder is walked only this far (a hostile tree is bounded)."""
+
+
+def unread_weight_files(root: Path, read: set[str]) -> list[str]:
+    """Relative paths (``/`` separators) of weight files under ``root`` not in ``read``, sorted;
+    an unreadable folder lists nothing (the source reported it already)."""
+    found: list[str] = []
+    seen = 0
+    try:
+        walker = sorted(root.rglob("*"))
+    except OSError:
+        return []
+    for path in walker:
+        seen += 1
+        if seen > MAX_LISTED:
+            break
+        if path.suffix not in WEIGHT_SUFFIXES:
+            continue
+        try:
+            if not path.is_file():
+                continue
+        except OSError:
+            continue
+        relative = path.relative_to(root).as_posix()
+        if relative not in read and not relative.startswith("."):
+            found.append(relative)
+    return found
+
+
+def second_layout(unread: list[str], has_index: bool) -> str | None:
+    """``model.safetensors`` left unread beside an index (transformers would load it)."""
+    return SINGLE_FILE if has_index and SINGLE_FILE in unread else None
