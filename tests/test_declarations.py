@@ -249,3 +249,28 @@ def test_sparsity_only_checkpoint_is_not_quantized(tmp_path: Path) -> None:
     assert report.declaration.family == "none"
     assert "sparsity only" in (report.declaration.reason or "")
     assert report.refusals == []
+
+
+@pytest.mark.parametrize("size", [0, -4, 16.0, True, "16"])
+def test_a_group_size_that_is_no_positive_integer_is_refused_by_name(size: object) -> None:
+    from qarm_audit.errors import DeclarationError
+
+    modelopt = {"quantization": {"quant_algo": "NVFP4", "group_size": size}}
+    with pytest.raises(DeclarationError, match="group_size"):
+        read_declaration({"hf_quant_config.json": json.dumps(modelopt)})
+    weights = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": size}
+    block = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+    }
+    with pytest.raises(DeclarationError, match="group_size"):
+        read_declaration({"config.json": json.dumps({"quantization_config": block})})
+
+
+def test_compressed_tensors_keeps_minus_one_for_per_channel() -> None:
+    weights = {"num_bits": 8, "type": "int", "strategy": "channel", "group_size": -1}
+    block = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+    }
+    assert read_declaration({"config.json": json.dumps({"quantization_config": block})}).schemes

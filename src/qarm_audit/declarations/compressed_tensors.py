@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, field_validator
 
 from .schemes import Scheme
+
+
+def _positive_or_channel(value: int) -> int:
+    if value == 0 or value < -1:
+        raise ValueError(f"group_size {value}: a positive integer (or -1 for per-channel)")
+    return value
+
+
+GroupSize = Annotated[int, Strict(), AfterValidator(_positive_or_channel)]
+"""A strict JSON integer, positive or -1 (compressed-tensors' per-channel marker)."""
 
 
 class _Open(BaseModel):
@@ -19,7 +29,7 @@ class QuantArgs(_Open):
     num_bits: int = 8
     type: str = "int"
     symmetric: bool = True
-    group_size: int | None = None
+    group_size: GroupSize | None = None
     strategy: str | None = None
     block_structure: list[int] | str | None = None
     dynamic: bool | str = False

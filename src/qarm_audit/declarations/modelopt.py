@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+)
 from pydantic.functional_validators import WrapValidator
+
+GroupSize = Annotated[int, Strict(), Field(gt=0)]
+"""A group size is a positive JSON integer: 0 (which would skip the shape check), negatives,
+floats, bools and strings are refused by name."""
 
 
 class _Open(BaseModel):
@@ -23,7 +34,7 @@ class LayerEntry(_Open):
     """One ``quantized_layers`` value of a MIXED_PRECISION map."""
 
     quant_algo: str
-    group_size: int | None = None
+    group_size: GroupSize | None = None
     has_zero_point: bool | None = None
     pre_quant_scale: bool | None = None
 
@@ -55,7 +66,7 @@ class Quantization(_Open):
 
     quant_algo: str | None = None
     kv_cache_quant_algo: str | None = None
-    group_size: int | None = None
+    group_size: GroupSize | None = None
     exclude_modules: list[str] | None = None
     quantized_layers: LayerMap | None = None
     has_zero_point: bool | None = None
@@ -80,7 +91,7 @@ class InlineConfig(_Open):
     quant_algo: str | None = None
     kv_cache_quant_algo: str | None = None
     kv_cache_scheme: dict[str, Any] | str | None = None
-    group_size: int | None = None
+    group_size: GroupSize | None = None
     ignore: list[str] | None = None
     exclude_modules: list[str] | None = None
     quantized_layers: LayerMap | None = None
