@@ -20,6 +20,9 @@ SRC = ROOT / "src" / "qarm_audit"
 # fmt: off
 MUTATIONS: list[tuple[str, str, str, str]] = [
     # (name, file, original text, mutated text)
+    ("pinned-sha-answered-with-another", "sources/hub/listing.py",
+     "    if pinned and sha != ctx.revision.lower():",
+     "    if False:"),
     ("weights-unread", "commands/audit.py",
      "    if tensors == 0:",
      "    if False:"),

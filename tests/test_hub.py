@@ -289,11 +289,14 @@ def test_require_pinned_refuses_a_branch(hub: Any, run: Any, tmp_path: Path) -> 
     assert run("manifest", "org/single@v1", "-o", out, "--require-pinned").exit_code == 2
     assert server.request_count == 0 and not out.exists()
     assert run("audit", f"org/single@{spec.sha}", "--require-pinned").exit_code in (0, 1)
-    # a branch whose name looks like a sha is still a branch
+    # a full sha answered with another commit's listing (a branch named like a sha, or a
+    # server that lies) is never audited as that other commit, with or without the flag
     lookalike = "a" * 40
     spec.branches[lookalike] = spec.sha
-    result = run("audit", f"org/single@{lookalike}", "--require-pinned")
-    assert result.exit_code == 2 and "is a branch or tag pointing at" in result.stderr
+    for flags in ((), ("--require-pinned",)):
+        result = run("audit", f"org/single@{lookalike}", *flags)
+        assert result.exit_code == 3, flags
+        assert f"answered with the listing of commit {spec.sha}" in result.stderr
 
 
 def test_manifest_through_the_hub(hub: Any, run: Any, tmp_path: Path) -> None:

@@ -65,7 +65,14 @@ def resolve(
     sha = (info.sha or "").lower()
     if SHA.fullmatch(sha) is None:
         raise HubError(ctx.location, f"the Hub named no commit sha for revision {ctx.revision!r}")
-    if not pinned or sha != ctx.revision.lower():
+    if pinned and sha != ctx.revision.lower():
+        # a full sha names one commit: an answer about another is never audited as it
+        raise HubError(
+            ctx.location,
+            f"asked for commit {ctx.revision.lower()} and the server answered with the listing "
+            f"of commit {sha}; qarm audits only the commit it was asked for",
+        )
+    if not pinned:
         if require_pinned:
             raise UsageError(
                 "--require-pinned",
