@@ -552,10 +552,15 @@ def test_offline_audits_from_the_cache(
     pinned = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
     branch = run("audit", "org/sharded", "--format", "json")
     assert server.request_count == 0
-    assert json.loads(pinned.stdout) | {"source": None} == json.loads(online.stdout) | {
-        "source": None
+    # the same audit, but never passing for an online one: its kind and a note say where from
+    for offline in (json.loads(pinned.stdout), json.loads(branch.stdout)):
+        assert offline["source"]["kind"] == "hub-offline"
+        assert [n["code"] for n in offline["notes"]] == ["offline-cache"]
+    same = {"source": None, "notes": None}
+    assert json.loads(pinned.stdout) | same == json.loads(online.stdout) | same
+    assert json.loads(branch.stdout)["source"] == json.loads(online.stdout)["source"] | {
+        "kind": "hub-offline"
     }
-    assert json.loads(branch.stdout) == json.loads(online.stdout)
     assert f"qarm: resolved main -> {spec.sha}" in branch.stderr
     never = run("audit", "org/other@" + "b" * 40)
     assert never.exit_code == 3
@@ -622,3 +627,23 @@ def test_probe_scalars_reads_the_few_scale_bytes_by_range(hub: Any, tmp_path: Pa
     # the header read, then one small range read per scalar: never the weights
     assert server.bytes_by_path[path] == header + remote.probe.bytes_read
     assert remote.probe.bytes_read == 4 * remote.probe.tensors_read  # one F32 each
+
+
+def test_an_edited_offline_header_never_passes_for_the_shard(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import huggingface_hub
+
+    spec = RepoSpec.from_folder("org/sharded", sharded(tmp_path))
+    hub(spec)
+    assert run("audit", f"org/sharded@{spec.sha}").exit_code in (0, 1)
+    huggingface_hub.snapshot_download("org/sharded", revision=spec.sha)  # as `hf download`
+    cached = tmp_path / "hf" / "models--org--sharded" / "qarm-audit" / spec.sha
+    header = cached / f"{SHARDS[0]}.header"
+    data = bytearray(header.read_bytes())
+    data[-1:] = b"\t" if data[-1:] == b" " else b" "  # still a valid header, not the shard's
+    header.write_bytes(bytes(data))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    result = run("audit", f"org/sharded@{spec.sha}")
+    assert result.exit_code == 3
+    assert "differs from the shard in the Hub cache" in result.stderr

@@ -49,6 +49,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.REFUSAL,
         "the experts of one MoE layer are declared differently; the engine decides the layer once",
     ),
+    "offline-cache": (
+        Severity.INFO,
+        "the audit was read from qarm's offline header cache, not from the Hub",
+    ),
     "architecture-not-modelled": (
         Severity.INFO,
         "the engine's layer tree is not modelled for this architecture: generic rules were used",

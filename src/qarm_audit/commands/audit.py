@@ -247,6 +247,23 @@ def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:
     origin = checkpoint.origin
     if origin.kind == "declaration":
         return []
+    offline = (
+        [
+            finding(
+                "offline-cache",
+                f"{origin.repo}@{origin.revision} was read from qarm's offline header cache "
+                "(HF_HUB_OFFLINE), not from the Hub: the listing and headers are those an "
+                "earlier online audit stored",
+            )
+        ]
+        if origin.kind == "hub-offline"
+        else []
+    )
+    return offline + _unread_of(checkpoint)
+
+
+def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
+    origin = checkpoint.origin
     read = {shard.file for shard in checkpoint.shards}
     unread = unread_weight_files(Path(origin.location), read) if origin.kind == "local" else []
     listed = ", ".join(unread[:10]) + (f" and {len(unread) - 10} more" if len(unread) > 10 else "")

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi, constants, try_to_load_from_cache
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.file_download import repo_folder_name
 
@@ -192,14 +192,38 @@ def read_offline(ctx: Context, *, pinned: bool, watch: HubObserver) -> Checkpoin
                 raise HeaderError(
                     file, f"cached header in {root} is {len(data)} bytes, not {8 + length}"
                 )
+            _check_against_snapshot(ctx.repo, sha, file, data)
             header = parse_header(data[8:], file=file, size=size, header_length=length)
             shards.append(dataclasses.replace(header, remote_sha256=sha256))
             watch.header_read(file)
     finally:
         watch.headers_finished()
     return Checkpoint(
-        origin=Origin("hub", ctx.location, repo=ctx.repo, revision=sha),
+        origin=Origin(OFFLINE_KIND, ctx.location, repo=ctx.repo, revision=sha),
         documents={n: texts[n] for n in DECLARATION_FILES if n in texts},
         index_text=texts.get(INDEX_FILE),
         shards=tuple(shards),
     )
+
+
+OFFLINE_KIND = "hub-offline"
+"""The source kind of an audit read from qarm's header cache: never taken for an online one."""
+
+
+def _check_against_snapshot(repo: str, sha: str, file: str, cached: bytes) -> None:
+    """Where the Hub cache holds the shard itself (``hf download``), the cached header must be
+    the file's own first bytes: an edited cache never passes for the checkpoint."""
+    found = try_to_load_from_cache(repo, file, revision=sha)
+    if not isinstance(found, str):
+        return
+    try:
+        with open(found, "rb") as handle:
+            real = handle.read(len(cached))
+    except OSError:
+        return
+    if real != cached:
+        raise HubOfflineError(
+            file,
+            f"the header qarm cached for {repo}@{sha} differs from the shard in the Hub cache "
+            f"({found}); the offline cache was edited or is stale: audit online",
+        )
