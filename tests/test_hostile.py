@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import modelopt_file, write_checkpoint
 from qarm_audit import audit
@@ -622,3 +624,266 @@ def test_names_that_split_alike_are_a_named_error_not_a_lost_tensor(tmp_path: Pa
     )
     with pytest.raises(IntegrityError, match="cannot be told apart"):
         audit(str(path), engine="name-probe")
+
+
+# -- values a parser cannot hold: lone surrogates, long integers, too many objects -------------
+
+
+def raw_shard(path: Path, header: bytes, data: int = 4) -> Path:
+    """A shard written byte by byte (the safetensors library writes no malformed header)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * data)
+    return path
+
+
+def test_a_lone_surrogate_in_a_tensor_name_is_refused_as_safetensors_refuses_it(
+    tmp_path: Path, run: Any
+) -> None:
+    """JSON can escape half a surrogate pair, which no UTF-8 text holds. The safetensors library
+    refuses such a header; qarm audited it (and a config_groups name so escaped reached the
+    renderers, where writing it out failed)."""
+    from safetensors import SafetensorError, safe_open
+
+    header = b'{"a.weight\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    shard = raw_shard(tmp_path / "ckpt" / "model.safetensors", header)
+    with pytest.raises(SafetensorError, match="hex escape"), safe_open(str(shard), "np"):
+        pass
+    with pytest.raises(HeaderError, match="lone surrogate"):
+        read_local_shard(shard, shard.name)
+    refused(run("audit", shard.parent), 2, "model.safetensors: the key (in $) 'a.weight\\ud800'")
+    config = json.dumps(ct_config(["Linear"])).replace('"group_0"', '"group\\udc00"')
+    root = folder(tmp_path / "ct", {"config.json": config})
+    refused(run("audit", root), 2, "config.json: the key (in $['quantization_config']")
+    pair = json.dumps(ct_config(["Linear"])).replace('"group_0"', '"group\\ud83d\\ude00"')
+    assert run("audit", folder(tmp_path / "pair", {"config.json": pair})).exit_code == 1
+
+
+LONG = "9" * 5000
+
+
+@pytest.mark.parametrize("document", ["header", "index", "manifest", "config.json"])
+def test_an_integer_beyond_pythons_digit_limit_is_named(
+    tmp_path: Path, run: Any, document: str
+) -> None:
+    """int() converts at most 4300 digits; json.loads raised its ValueError, and the CLI said
+    "internal error" (exit 3) for a header, an index or a manifest."""
+    if document == "header":
+        header = f'{{"a": {{"dtype": "F32", "shape": [{LONG}], "data_offsets": [0, 4]}}}}'
+        source = raw_shard(tmp_path / "h" / "model.safetensors", header.encode()).parent
+        where = "model.safetensors"
+    elif document == "index":
+        source = folder(tmp_path, index=False)
+        (source / "model.safetensors.index.json").write_text(
+            f'{{"metadata": {{"total_size": {LONG}}}, "weight_map": {{}}}}'
+        )
+        where = "model.safetensors.index.json"
+    elif document == "manifest":
+        text = render_manifest(checkpoint([("a.weight", "BF16", (2,))], {}))
+        size = json.loads(text)["shards"][0]["size"]
+        source = tmp_path / "long.manifest.json"
+        source.write_text(text.replace(f'"size": {size}', f'"size": {LONG}', 1))
+        where = str(source)
+    else:
+        source = folder(tmp_path, {"config.json": f'{{"model_type": "llama", "x": {LONG}}}'})
+        where = "config.json"
+    refused(run("audit", source), 2, f"{where}: an integer of 5000 digits at line ")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("a{4294967296}", "the repetition number is too large"),
+        ("(" * 1000 + "a" + ")" * 1000, "its groups are nested too deeply"),
+    ],
+    ids=["overflow", "1000-groups"],
+)
+def test_re_patterns_that_do_not_compile_in_re_itself_are_named(
+    tmp_path: Path, run: Any, pattern: str, message: str
+) -> None:
+    """re.compile raised OverflowError and RecursionError, not re.error: exit 3."""
+    with pytest.raises(PatternError, match=message):
+        FirstMatch([pattern], "targets")
+    path = manifest_file(tmp_path / "m.manifest.json", ct_checkpoint(["a.b"], [f"re:{pattern}"]))
+    refused(run("audit", path), 2, f"targets: pattern {pattern[:20]!r}"[:-1])
+
+
+@pytest.mark.parametrize("length", [499, 5000, 100_000])
+def test_a_long_modelopt_exclude_entry_is_audited(tmp_path: Path, run: Any, length: int) -> None:
+    """The substring trie of the excludes was built by recursion, one level per character: an
+    entry of 499 characters or more was a RecursionError (exit 3)."""
+    entry = "model." + "x" * length
+    documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8", [entry])}
+    result = run("audit", folder(tmp_path, documents), "-f", "json")
+    assert result.exit_code == 1, result.stderr  # declared FP8, ships BF16
+    assert entry in result.stdout
+
+
+def _trie_regex_by_recursion(words: list[str]) -> str:
+    """trie_regex as it was written first (recursive): the reference for the iterative one."""
+    import re
+
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = "(?:" + "|".join(branches) + ")" if len(branches) > 1 else branches[0]
+        if "" in node:
+            return body + "?" if len(branches) > 1 else f"(?:{body})?"
+        return body
+
+    return build(trie)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab.*\\(?", max_size=12), max_size=10))
+def test_the_iterative_trie_regex_writes_what_the_recursive_one_wrote(words: list[str]) -> None:
+    words = sorted(set(words))
+    assert matchers_module.trie_regex(words) == _trie_regex_by_recursion(words)
+
+
+# -- bounded in memory, not only in bytes ------------------------------------------------------
+
+
+def gzip_bomb(path: Path, mib: int) -> Path:
+    """A valid gzip member inflating to ``mib`` MiB of spaces then ``{}``: one deflate block of
+    1 MiB repeated (each ends in a full flush, so each is independent), and its real trailer."""
+    import zlib
+
+    chunk = b" " * (1 << 20)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = deflate.compress(chunk) + deflate.flush(zlib.Z_FULL_FLUSH)
+    last = zlib.compressobj(9, zlib.DEFLATED, -15)
+    end = last.compress(b"{}") + last.flush()
+    crc = 0
+    for _ in range(mib):
+        crc = zlib.crc32(chunk, crc)
+    crc = zlib.crc32(b"{}", crc)
+    size = (mib * len(chunk) + 2) & 0xFFFFFFFF
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    path.write_bytes(header + block * mib + end + struct.pack("<II", crc, size))
+    return path
+
+
+def peak_of(call: Any) -> tuple[BaseException | None, int]:
+    tracemalloc.start()
+    try:
+        call()
+        error = None
+    except BaseException as exc:  # returned to the test
+        error = exc
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return error, peak
+
+
+def test_a_gzip_bomb_is_refused_while_it_inflates(tmp_path: Path, run: Any) -> None:
+    """0.9 MB of gzip inflating to 900 MiB: the whole of it was inflated (1.8 GiB at the peak)
+    before the size cap was looked at; now inflating stops past 128 times the file's size."""
+    bomb = gzip_bomb(tmp_path / "bomb.manifest.json.gz", 900)
+    assert bomb.stat().st_size < 1_000_000
+    error, peak = peak_of(lambda: open_source(str(bomb)))
+    assert isinstance(error, ManifestError) and "compression bomb" in str(error), error
+    assert peak < 200 * 2**20, peak
+    refused(run("audit", bomb), 2, "inflates past")
+
+
+def test_a_plain_manifest_above_the_cap_is_refused_unread(tmp_path: Path, run: Any) -> None:
+    from qarm_audit.sources.manifest import MANIFEST_CAP
+
+    path = tmp_path / "big.manifest.json"
+    with path.open("wb") as handle:  # sparse: nothing of it is on disk
+        handle.write(b'{"format": "qarm-manifest/2"')
+        handle.truncate(MANIFEST_CAP + 1)
+    error, peak = peak_of(lambda: open_source(str(path)))
+    assert isinstance(error, ManifestError) and "above the" in str(error), error
+    assert peak < 2**20
+
+
+def test_a_config_of_a_hundred_megabytes_of_empty_lists_is_refused_unparsed(
+    tmp_path: Path, run: Any
+) -> None:
+    """Three bytes "[]," make a 56-byte list: parsing a 100 MB config.json took 2.5 GiB. Now a
+    document holds at most one '[' or '{' per 8 characters (a declaration at most 10^6)."""
+    count = 100_000_000 // 3
+    root = folder(tmp_path)
+    (root / "config.json").write_text('{"model_type": "llama", "x": [' + "[]," * count + "[]]}")
+    error, peak = peak_of(lambda: audit(str(root)))
+    assert isinstance(error, DeclarationError), error
+    assert "config.json: JSON holds 33333336 '[' and '{'" in str(error)
+    assert peak < 450 * 2**20, peak  # the text itself, read once as bytes and once decoded
+    refused(run("audit", root), 2, "more than the 1000000 qarm parses")
+
+
+def test_a_header_dense_with_lists_is_refused_unparsed(tmp_path: Path, run: Any) -> None:
+    lists = "[]," * 3_000_000
+    header = f'{{"a": {{"dtype": "F32", "shape": [{lists}[]], "data_offsets": [0, 4]}}}}'
+    shard = raw_shard(tmp_path / "h" / "model.safetensors", header.encode())
+    error, peak = peak_of(lambda: read_local_shard(shard, shard.name))
+    assert isinstance(error, HeaderError) and "qarm parses in such a document" in str(error)
+    assert peak < 40 * 2**20, peak
+    refused(run("audit", shard.parent), 2, "model.safetensors: JSON holds 3000005")
+
+
+def test_brackets_inside_strings_are_not_counted(tmp_path: Path) -> None:
+    """A tensor name or a document line may hold brackets: only those outside strings make
+    objects, so only those count."""
+    name = "[" * 5000
+    header = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})
+    shard = raw_shard(tmp_path / "model.safetensors", header.encode())
+    assert read_local_shard(shard, shard.name).tensors[0].name == name
+
+
+# -- what the file system and the environment refuse --------------------------------------------
+
+
+def test_an_untraversable_checkpoint_folder_is_an_io_error(
+    tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder qarm may not search (chmod 000; as root, a stat that says EACCES): the
+    PermissionError of Path.is_file() ended in "internal error"."""
+    import errno
+    import os
+
+    root = folder(tmp_path)
+    if os.geteuid() != 0:
+        root.chmod(0)
+        try:
+            refused(run("audit", root), 3, "cannot read: Permission denied")
+        finally:
+            root.chmod(0o755)
+    stat = Path.stat
+    inside = str(root) + os.sep
+
+    def denied(self: Path, **kwargs: Any) -> os.stat_result:
+        if str(self).startswith(inside):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", denied)
+    with pytest.raises(FetchError, match=r"config\.json: cannot read: Permission denied"):
+        open_source(str(root))
+    refused(run("audit", root), 3, "cannot read: Permission denied")
+    refused(run("audit", root / "sub" / "deeper"), 3, "cannot read: Permission denied")
+
+
+def test_a_token_no_http_header_can_carry_is_refused_before_any_request(
+    tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx raised UnicodeEncodeError building the Authorization header: "internal error"."""
+    token = "hf_t\u00f6ken"
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing is asked of it
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    with pytest.raises(QarmError, match="not printable ASCII"):
+        open_source("owner/name@" + "a" * 40)
+    result = run("audit", "owner/name@" + "a" * 40)
+    refused(result, 2, "HF_TOKEN: the Hub token holds a character")
+    assert token not in result.stderr and "t\u00f6ken" not in result.stderr

@@ -78,6 +78,12 @@ class FetchError(QarmError):
     exit_code = ExitCode.COULD_NOT_AUDIT
 
 
+class OutputError(QarmError):
+    """Writing a report or a manifest failed (a full disk, a folder that went away)."""
+
+    exit_code = ExitCode.COULD_NOT_AUDIT
+
+
 class HubError(FetchError):
     """The Hub answered with an error or could not be reached."""
 

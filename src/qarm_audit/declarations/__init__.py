@@ -94,13 +94,13 @@ class _Candidate:
     """``inline`` (a quantization_config block) or ``file`` (hf_quant_config shape)."""
 
 
+DECLARATION_CONTAINERS = 1_000_000
+"""Most ``[`` and ``{`` a declaration document may hold: a MIXED_PRECISION ``quantized_layers``
+of the largest MoE lists about 70 000 modules (one object each)."""
+
+
 def _load(name: str, text: str) -> Any:
-    try:
-        return loads_strict(text, name, error=DeclarationError)  # type: ignore[arg-type]
-    except DeclarationError:
-        raise
-    except Exception as exc:  # loads_strict raises HeaderError subclasses only
-        raise DeclarationError(name, str(exc)) from None
+    return loads_strict(text, name, error=DeclarationError, max_containers=DECLARATION_CONTAINERS)
 
 
 def _candidates(documents: dict[str, str]) -> list[_Candidate]:

@@ -37,6 +37,14 @@ def compile_user_regex(pattern: str, where: str) -> re.Pattern[str]:
         return re.compile(pattern)
     except re.error as exc:
         raise PatternError(where, f"pattern {pattern!r} does not compile: {exc}") from None
+    except (OverflowError, ValueError) as exc:  # a{4294967296}: a count beyond re's range
+        raise PatternError(where, f"pattern {pattern!r} does not compile: {exc}") from None
+    except RecursionError:  # groups nested deeper than re's parser recurses
+        raise PatternError(
+            where, f"pattern {pattern!r} does not compile: its groups are nested too deeply"
+        ) from None
+    except MemoryError:
+        raise PatternError(where, f"pattern {pattern!r} is too large to compile") from None
 
 
 def glob_prefix(pattern: str) -> str:
@@ -260,7 +268,11 @@ def trie_regex(words: Sequence[str]) -> str:
     """One regex matching any of ``words``, with shared prefixes factored into a trie.
 
     ``re`` tries the alternatives of a flat alternation one by one at every position; factored,
-    it walks only the branch the text follows, so a search stays flat in the number of words."""
+    it walks only the branch the text follows, so a search stays flat in the number of words.
+
+    Built without recursion (a word may be longer than the interpreter's stack is deep): a run
+    of single-child nodes is escaped in one piece, then each branching node is written once its
+    children are, deepest first."""
     trie: Trie = {}
     for word in words:
         node = trie
@@ -268,16 +280,36 @@ def trie_regex(words: Sequence[str]) -> str:
             node = node.setdefault(char, {})
         node[""] = {}
 
-    def build(node: Trie) -> str:
-        branches = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
-        if not branches:
-            return ""
-        body = "(?:" + "|".join(branches) + ")" if len(branches) > 1 else branches[0]
-        if "" in node:
-            return body + "?" if len(branches) > 1 else f"(?:{body})?"
-        return body
+    def branches(node: Trie) -> list[tuple[str, Trie]]:
+        """(the literal run from ``node`` down to the next branching or end node, that node)."""
+        out = []
+        for char, child in sorted(node.items()):
+            if not char:
+                continue
+            run = [char]
+            while len(child) == 1 and "" not in child:
+                char, child = next(iter(child.items()))
+                run.append(char)
+            out.append((re.escape("".join(run)), child))
+        return out
 
-    return build(trie)
+    written: dict[int, str] = {}
+    pending: list[tuple[Trie, bool]] = [(trie, False)]
+    while pending:
+        node, ready = pending.pop()
+        if not ready:
+            pending.append((node, True))
+            pending.extend((child, False) for _, child in branches(node))
+            continue
+        parts = [run + written.pop(id(child)) for run, child in branches(node)]
+        if not parts:
+            written[id(node)] = ""
+            continue
+        body = "(?:" + "|".join(parts) + ")" if len(parts) > 1 else parts[0]
+        if "" in node:
+            body = body + "?" if len(parts) > 1 else f"(?:{body})?"
+        written[id(node)] = body
+    return written[id(trie)]
 
 
 class SubstringSet:

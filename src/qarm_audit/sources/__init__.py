@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SourceSpecError
+from ..errors import FetchError, SourceSpecError, UsageError
 from ..runtime import collector_paused
 from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
 from .local import LocalBytes, read_folder, read_local_shard, read_text
@@ -50,18 +50,39 @@ def open_source(
 
 def _open(spec: str, require_pinned: bool, observer: HubObserver | None) -> Checkpoint:
     path = Path(spec)
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError as exc:  # a parent folder that cannot be searched
+        raise FetchError(spec, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL in the name
+        raise SourceSpecError(spec, f"is not a path: {exc}") from None
+    if is_dir:
         return read_folder(path, spec)
-    if path.is_file():
+    if is_file:
         return _read_file(path, spec)
     hub = parse_hub_spec(spec)
     if hub is not None:
+        _check_token()
         from .hub import read_hub
 
         return read_hub(
             hub[0], hub[1], location=spec, require_pinned=require_pinned, observer=observer
         )
     raise SourceSpecError(spec, "no such file or folder, and not of the form owner/name@revision")
+
+
+def _check_token() -> None:
+    """A Hub token is sent as an HTTP header, which carries printable ASCII only: refuse any
+    other before a request fails on it (never showing the token)."""
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if token and not (token.isascii() and token.isprintable()):
+        raise UsageError(
+            "HF_TOKEN",
+            "the Hub token holds a character an HTTP header cannot carry (not printable "
+            "ASCII); set HF_TOKEN (or the saved login) to the token itself",
+        )
 
 
 def _read_file(path: Path, spec: str) -> Checkpoint:

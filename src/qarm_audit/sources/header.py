@@ -7,13 +7,15 @@ with spaces), then the tensor data. Reading a shard never touches the data.
 from __future__ import annotations
 
 import json
+import re
 import struct
+import sys
 from collections.abc import Iterable
 from itertools import chain, repeat
 from operator import eq, itemgetter, sub
 from typing import Any
 
-from ..errors import HeaderError, HeaderTooLargeError
+from ..errors import HeaderError, HeaderTooLargeError, QarmError
 from .checkpoint import ShardHeader, TensorEntry
 
 HEADER_CAP = 100_000_000
@@ -88,14 +90,37 @@ def _reject_constant(where: str) -> Any:
     return hook
 
 
-def loads_strict(text: str, where: str, error: type[HeaderError] = HeaderError) -> Any:
-    """``json.loads`` that refuses duplicate keys, NaN/Infinity and pathological nesting."""
+CONTAINER_DENSITY = 8
+"""A JSON document may hold one ``[`` or ``{`` per this many characters (plus
+:data:`CONTAINER_FLOOR`). Parsing makes an object of 56 bytes or more for each, 30 times the two
+characters ``[]`` take: a 100 MB document of empty lists would take gigabytes. The densest real
+documents hold one per 17 characters (a header of one-letter tensor names) or one per 11 (a
+manifest written as list rows), so this refuses none of them."""
+
+CONTAINER_FLOOR = 1024
+
+
+def loads_strict(
+    text: str,
+    where: str,
+    error: type[QarmError] = HeaderError,
+    *,
+    max_containers: int | None = None,
+) -> Any:
+    """``json.loads`` that refuses duplicate keys, NaN/Infinity, pathological nesting, integers
+    beyond Python's digit limit, lone surrogates (not Unicode text: the safetensors library
+    refuses them too) and more ``[``/``{`` than :data:`CONTAINER_DENSITY` allows (or
+    ``max_containers``), all as ``error`` naming ``where``."""
     try:
-        return json.loads(
+        _check_containers(text, where, max_containers)
+        document = json.loads(
             text,
             object_pairs_hook=_reject_duplicates(where),
             parse_constant=_reject_constant(where),
         )
+        if _SURROGATE_ESCAPE.search(text):
+            _reject_surrogates(document, where)
+        return document
     except HeaderError as exc:
         if error is HeaderError:
             raise
@@ -106,6 +131,79 @@ def loads_strict(text: str, where: str, error: type[HeaderError] = HeaderError) 
         raise error(
             where, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise error(where, _long_integer(text) or f"not valid JSON: {exc}") from None
+    except MemoryError:
+        raise error(where, f"JSON of {len(text)} characters is too large to parse") from None
+
+
+def _check_containers(text: str, where: str, cap: int | None) -> None:
+    allowed = len(text) // CONTAINER_DENSITY + CONTAINER_FLOOR
+    if cap is not None:
+        allowed = min(allowed, cap)
+    if len(text) // 2 < allowed or text.count("[") + text.count("{") <= allowed:
+        return  # the common case: counted in C, strings included
+    outside = _STRING.sub("", text)  # only brackets outside strings make objects
+    found = outside.count("[") + outside.count("{")
+    if found <= allowed:
+        return
+    depth = sys.getrecursionlimit()
+    if "[" * depth in outside or "{" * depth in outside:
+        raise RecursionError  # the parser would stop there too: say so
+    raise HeaderError(
+        where,
+        f"JSON holds {found} '[' and '{{' in {len(text)} characters, more than the "
+        f"{allowed} qarm parses in such a document (each is an object in memory)",
+    )
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _long_integer(text: str) -> str | None:
+    """Where the first integer of more digits than Python converts is, or None."""
+    limit = sys.get_int_max_str_digits()
+    match = re.search(rf"[0-9]{{{limit + 1},}}", text) if limit else None
+    if match is None:
+        return None
+    line = text.count("\n", 0, match.start()) + 1
+    column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+    return (
+        f"an integer of {len(match.group())} digits at line {line} column {column}, more than "
+        f"the {limit} any number qarm reads may have"
+    )
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+"""The escape of a surrogate code point: only a document holding one can decode to a lone
+surrogate (raw UTF-8 cannot encode one)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _reject_surrogates(document: Any, where: str) -> None:
+    """Refuse a key or string holding a lone surrogate (a pair decodes to one character)."""
+    stack: list[tuple[Any, str]] = [(document, "$")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _surrogate_free(key, f"the key (in {path})", where)
+                stack.append((item, f"{path}[{key!r}]"))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _surrogate_free(value, f"the string at {path}", where)
+
+
+def _surrogate_free(text: str, what: str, where: str) -> None:
+    found = _SURROGATE.search(text)
+    if found is not None:
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise HeaderError(
+            where,
+            f"{what} {shown!r} holds a lone surrogate ({found.group()!r}), which is not "
+            "Unicode text",
+        )
 
 
 def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> ShardHeader:

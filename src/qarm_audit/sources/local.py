@@ -102,12 +102,15 @@ def _present(path: Path, where: str) -> bool:
     exists but cannot be read as a file (a dangling symlink, e.g. an evicted cache blob, or a
     folder) is an error, never "absent": an unread declaration must not audit as no declaration.
     """
-    if path.is_file():
-        return True
-    if path.is_symlink():
-        raise FetchError(where, "is a symlink to nothing (a dangling link); cannot read it")
-    if path.exists():
-        raise SourceSpecError(where, "exists but is not a regular file")
+    try:
+        if path.is_file():
+            return True
+        if path.is_symlink():
+            raise FetchError(where, "is a symlink to nothing (a dangling link); cannot read it")
+        if path.exists():
+            raise SourceSpecError(where, "exists but is not a regular file")
+    except OSError as exc:  # a folder that cannot be searched (no x permission)
+        raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
     return False
 
 
@@ -137,7 +140,11 @@ def read_folder(root: Path, location: str) -> Checkpoint:
     elif _present(root / SINGLE_FILE, SINGLE_FILE):
         shard_files = [SINGLE_FILE]
     else:
-        shard_files = sorted(p.name for p in root.glob("*.safetensors") if _present(p, p.name))
+        try:
+            found = sorted(p.name for p in root.glob("*.safetensors"))
+        except OSError as exc:
+            raise FetchError(location, f"cannot list the folder: {exc.strerror or exc}") from None
+        shard_files = [name for name in found if _present(root / name, name)]
     shards = []
     for file in shard_files:
         path = root / file
