@@ -180,22 +180,6 @@ INDEX_CASES = [
     ),
     ("dotdot", {"a": "../model.safetensors"}, [], "not a plain relative name"),
     ("absolute", {"a": "/etc/model.safetensors"}, [], "not a plain relative name"),
-    (
-        "header-name-missing-from-index",
-        {"a": "model-00001-of-00001.safetensors"},
-        ["model-00001-of-00001.safetensors"],
-        "header names are not in weight_map",
-    ),
-    (
-        "index-name-missing-from-header",
-        {
-            "a": "model-00001-of-00001.safetensors",
-            "b": "model-00001-of-00001.safetensors",
-            "ghost": "model-00001-of-00001.safetensors",
-        },
-        ["model-00001-of-00001.safetensors"],
-        "not in the header of the shard they name",
-    ),
 ]
 
 
@@ -217,6 +201,48 @@ def test_index_disagreement_is_a_named_error_and_exit_2(
     result = run("audit", tmp_path)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+READABLE_INDEX_CASES = [
+    (
+        "header-name-missing-from-index",
+        {"a": "model-00001-of-00001.safetensors"},
+        ["model-00001-of-00001.safetensors"],
+        "header names are not in weight_map",
+    ),
+    (
+        "index-name-missing-from-header",
+        {
+            "a": "model-00001-of-00001.safetensors",
+            "b": "model-00001-of-00001.safetensors",
+            "ghost": "model-00001-of-00001.safetensors",
+        },
+        ["model-00001-of-00001.safetensors"],
+        "not in the header of the shard they name",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "weight_map", "files", "message"),
+    READABLE_INDEX_CASES,
+    ids=[c[0] for c in READABLE_INDEX_CASES],
+)
+def test_an_index_that_disagrees_but_reads_gets_a_full_report_and_exit_1(
+    tmp_path: Path, run, case: str, weight_map: dict, files: list[str], message: str
+) -> None:
+    tensors = {"a": ("F32", (2,)), "b": ("F32", (2,))}
+    for file in files:
+        write_safetensors(tmp_path / file, tensors)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    from qarm_audit import audit
+
+    report = audit(str(tmp_path))
+    assert [r.code for r in report.refusals] == ["index-disagrees"]
+    assert message in report.refusals[0].message
+    assert report.totals.tensors == 2  # everything else was still audited
+    result = run("audit", tmp_path, "-f", "json")
+    assert result.exit_code == 1
 
 
 def test_duplicate_name_across_shards_is_refused(tmp_path: Path, run) -> None:

@@ -62,6 +62,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         "the producer's library and the engine resolve a module of the declaration differently",
     ),
     "operand-missing": (Severity.REFUSAL, "an operand the declared scheme requires is not shipped"),
+    "index-disagrees": (
+        Severity.REFUSAL,
+        "the index and the shard headers disagree by name (a name, or a shard, one side lacks)",
+    ),
     "weights-unread": (
         Severity.REFUSAL,
         "a checkpoint was audited and no tensor of it was read",

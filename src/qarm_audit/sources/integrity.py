@@ -66,9 +66,13 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
             raise ShardIndexError(
                 INDEX_FILE, f"names shards not in the checkpoint: {_names(missing)}"
             )
+        # What cannot be parsed stops the run; what disagrees but can be read is refused by
+        # name in a full report: every other module is still audited.
         unindexed = sorted(present - listed)
         if unindexed:
-            raise ShardIndexError(INDEX_FILE, f"does not name shards {_names(unindexed)}")
+            findings.append(
+                finding("index-disagrees", f"{INDEX_FILE} does not name shards {_names(unindexed)}")
+            )
         # one C-level comparison (none for a derived index); details only on failure
         agree = index.weight_map is owner or index.weight_map == owner
         wrong = [] if agree else sorted(n for n, f in index.weight_map.items() if owner.get(n) != f)
@@ -77,16 +81,23 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
                 f"{n} -> {index.weight_map[n]} (header: {owner.get(n, 'absent')})"
                 for n in wrong[:3]
             ]
-            raise ShardIndexError(
-                INDEX_FILE,
-                f"{len(wrong)} weight_map names are not in the header of the shard they name: "
-                + "; ".join(detail),
+            findings.append(
+                finding(
+                    "index-disagrees",
+                    f"{INDEX_FILE}: {len(wrong)} weight_map names are not in the header of the "
+                    "shard they name: " + "; ".join(detail),
+                    tensor=wrong[0],
+                )
             )
         unlisted = [] if agree else sorted(set(owner) - set(index.weight_map))
         if unlisted:
-            raise ShardIndexError(
-                INDEX_FILE,
-                f"{len(unlisted)} header names are not in weight_map: {_names(unlisted)}",
+            findings.append(
+                finding(
+                    "index-disagrees",
+                    f"{INDEX_FILE}: {len(unlisted)} header names are not in weight_map: "
+                    f"{_names(unlisted)}; a loader that follows the index never reads them",
+                    tensor=unlisted[0],
+                )
             )
         total_size = index.total_size
         overhead = sum(8 + s.header_length for s in checkpoint.shards)
