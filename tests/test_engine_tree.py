@@ -164,13 +164,3 @@ def test_the_kimi_ignore_list_no_longer_refuses_every_router(tmp_path: Path) -> 
     report = audit(str(folder))
     assert report.layer_tree is not None and report.layer_tree.modelled
     assert [r.code for r in report.refusals] == []
-
-
-def test_a_single_algorithm_modelopt_config_leaves_vision_towers_unquantized() -> None:
-    names = ["vision_tower.encoder.layers.0.mlp.fc1", "language_model.model.layers.0.mlp.down_proj"]
-    r, _ = _resolve("LlavaForConditionalGeneration", "hf_quant_config.json", _modelopt([]), names)
-    assert (r.memberships[names[0]].bucket, r.memberships[names[0]].how) == (
-        "unlisted",
-        "vision-tower",
-    )
-    assert r.memberships[names[1]].bucket == "FP8"

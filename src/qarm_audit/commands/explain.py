@@ -38,7 +38,6 @@ from ..resolve.resolver import (
     engine_class,
     layer_override,
     resolve,
-    vision_tower,
 )
 from ..sources import Checkpoint, open_source
 from .audit import DEFAULT_ENGINE, audit
@@ -263,13 +262,6 @@ def _trace_modelopt(
         default = rules.default_scheme
         if default is None:
             log.na("class: Linear", "no default scheme")
-        elif info.kind == "linear" and (tower := vision_tower(engine)) is not None:
-            log.hit(
-                "vision tower",
-                engine,
-                Membership(UNLISTED, "vision-tower", tower),
-                f"{_q(tower)} is in the name: vLLM leaves vision towers unquantized",
-            )
         elif info.kind == "linear":
             log.hit(
                 "class: Linear",

@@ -28,8 +28,7 @@ class Membership(NamedTuple):
     how: str
     """exact, fused, prefix, experts, regex, class, substring, wildcard, none; or, where the
     engine's layer takes no quant method whatever the declaration says, no-quant-config (a
-    layer built without one, such as a router), not-a-linear (a norm, a convolution) or
-    vision-tower (vLLM's single-algorithm ModelOpt configs skip vision towers)."""
+    layer built without one, such as a router) or not-a-linear (a norm, a convolution)."""
     rule: str = ""
     """The entry, pattern or target that decided."""
 
@@ -79,15 +78,6 @@ def layer_override(info: ModuleInfo) -> Membership | None:
 INHERITED = frozenset({"prefix", "experts-parent"})
 """Memberships a container inherits from its listed children: a declaration-level bucket,
 not a layer the engine builds with a quant method (the seed's ``linear_attn`` containers)."""
-
-
-VISION_TOWERS = ("vision_tower", "vision_model", "vit_large_projector")
-"""vLLM's single-algorithm ModelOpt configs leave every layer whose name holds one of these
-unquantized, whatever the excludes say (modelopt.py lines 246-251, for older exports)."""
-
-
-def vision_tower(name: str) -> str | None:
-    return next((t for t in VISION_TOWERS if t in name), None)
 
 
 def _engine(membership: Membership, info: ModuleInfo) -> Membership:
@@ -291,9 +281,6 @@ class _ModelOpt:
 
     def _single(self, info: ModuleInfo) -> Membership:
         if info.kind == "linear" and self.rules.default_scheme is not None:
-            tower = vision_tower(info.engine_name)
-            if tower is not None:
-                return Membership(UNLISTED, "vision-tower", tower)
             return Membership(self.rules.default_scheme.name, "class", "Linear")
         return _UNLISTED
 
