@@ -887,3 +887,281 @@ def test_a_token_no_http_header_can_carry_is_refused_before_any_request(
     result = run("audit", "owner/name@" + "a" * 40)
     refused(result, 2, "HF_TOKEN: the Hub token holds a character")
     assert token not in result.stderr and "t\u00f6ken" not in result.stderr
+
+
+# -- where the report goes: -o, a closed stdout, Ctrl-C --------------------------------------
+
+
+def clean_folder(tmp_path: Path, name: str = "ckpt") -> Path:
+    return write_checkpoint(tmp_path / name, {"model.safetensors": PLAIN}, {"config.json": LLAMA})
+
+
+def test_an_output_folder_that_does_not_exist_is_refused_before_any_work(
+    tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-o into a missing folder: the audit ran to the end, then FileNotFoundError (exit 3,
+    "internal error"). Now a usage error before any source is read, for every command."""
+    from qarm_audit import cli as cli_module
+
+    calls: list[str] = []
+    monkeypatch.setattr(cli_module, "audit", lambda source, **kw: calls.append(source))
+    monkeypatch.setattr(cli_module, "open_source", lambda source, **kw: calls.append(source))
+    root = clean_folder(tmp_path)
+    missing = tmp_path / "no" / "such" / "report.json"
+    refused(run("audit", root, "-f", "json", "-o", missing), 2, "the folder")
+    refused(run("manifest", root, "-o", missing), 2, "does not exist")
+    refused(run("diff", root, root, "-o", missing), 2, "--output: ")
+    refused(run("explain", root, "x", "-o", missing), 2, "--output: ")
+    (tmp_path / "a-file").write_text("")
+    refused(run("audit", root, "-o", tmp_path / "a-file" / "r.md"), 2, "is not a folder")
+    assert calls == []
+
+
+def test_an_unwritable_output_folder_is_refused_before_any_work(tmp_path: Path, run: Any) -> None:
+    import os
+
+    if os.geteuid() == 0:  # root writes anywhere chmod allows; /sys refuses it too
+        if not Path("/sys").is_dir():
+            pytest.skip("no /sys")
+        target = Path("/sys/qarm-report.json")
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        target = locked / "report.json"
+    refused(run("audit", clean_folder(tmp_path), "-o", target), 2, "cannot write there")
+    refused(run("manifest", clean_folder(tmp_path), "-o", target), 2, "cannot write there")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_full_device_is_a_named_write_error(tmp_path: Path, run: Any) -> None:
+    """/dev/full: write_text raised OSError ENOSPC (exit 3, "internal error"); qarm manifest
+    read /dev/full to compare it with the manifest (an endless stream of zeros)."""
+    root = clean_folder(tmp_path)
+    result = run("audit", root, "-o", "/dev/full")  # the verdict line, then the error
+    assert result.exit_code == 3 and "Traceback" not in result.stderr
+    assert result.stderr.endswith(
+        "qarm: error: /dev/full: cannot write the report: No space left on device\n"
+    )
+    refused(run("manifest", root, "-o", "/dev/full"), 3, "/dev/full: cannot write the manifest")
+    assert Path("/dev/full").is_char_device()  # written through, never replaced
+
+
+def test_the_report_file_is_replaced_whole_or_not_at_all(
+    tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C exited 1 ("refusals", click's Abort); now 130, with no report written half-way:
+    not the -o file (written through a temporary file, then renamed), not the job summary
+    (appended once, after every source), and no temporary file left."""
+    from qarm_audit import cli as cli_module
+
+    real = cli_module.audit
+    seen: list[str] = []
+
+    def interrupted(source: str, **kwargs: Any) -> Any:
+        seen.append(source)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(cli_module, "audit", interrupted)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("the previous report\n")
+    summary = tmp_path / "summary.md"
+    summary.write_text("an earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    root = clean_folder(tmp_path)
+    result = run("audit", root, root, "-f", "markdown", "-o", out / "report.md")
+    assert result.exit_code == 130, result.stderr
+    assert result.stderr.endswith("qarm: interrupted; nothing more was written\n")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert [p.name for p in out.iterdir()] == ["report.md"]
+    assert (out / "report.md").read_text() == "the previous report\n"
+    assert summary.read_text() == "an earlier step\n"
+    monkeypatch.setattr(cli_module, "audit", real)
+    opened = Path.open
+
+    def interrupted_half_way(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        handle = opened(self, mode, *args, **kwargs)
+        if "w" not in mode:
+            return handle
+
+        class Half:
+            def __enter__(self) -> Half:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                handle.close()
+
+            def write(self, text: str) -> int:
+                handle.write(text[: len(text) // 2])
+                handle.flush()
+                raise KeyboardInterrupt
+
+        return Half()
+
+    with monkeypatch.context() as patch:  # Ctrl-C in the middle of writing the report
+        patch.setattr(Path, "open", interrupted_half_way)
+        result = run("audit", root, root, "-f", "markdown", "-o", out / "report.md")
+    assert result.exit_code == 130, result.stderr
+    assert (out / "report.md").read_text() == "the previous report\n"
+    assert [p.name for p in out.iterdir()] == ["report.md"]
+    assert run("audit", root, root, "-f", "markdown", "-o", out / "report.md").exit_code == 0
+    assert (out / "report.md").read_text().count("### qarm audit") == 2
+    assert [p.name for p in out.iterdir()] == ["report.md"]
+
+
+def _qarm(*args: str | Path, **kwargs: Any) -> Any:
+    import os
+    import subprocess
+
+    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    env.pop("QARM_DEBUG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "qarm_audit", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
+@pytest.mark.parametrize("earned", [0, 1])
+def test_a_closed_stdout_ends_quietly_with_the_exit_code_the_audit_earned(
+    tmp_path: Path, fmt: str, earned: int
+) -> None:
+    """`qarm audit ... | true`: the table exited 3 (a BrokenPipeError between two sources; 1
+    from rich's own handler for one source) whatever the audit found, JSON and markdown exited
+    3 with a BrokenPipeError. Now every source is still audited, nothing more is written, and
+    the exit code is the audit's."""
+    clean = clean_folder(tmp_path)
+    sources = [clean] * 80
+    if earned:
+        documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")}
+        sources.append(folder(tmp_path / "refused", documents))  # after the pipe is closed
+    process = _qarm("audit", *sources, "-f", fmt)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before qarm has written anything: its first write fails
+    errors = process.stderr.read().decode()
+    process.stderr.close()
+    assert process.wait(timeout=120) == earned, errors
+    assert "Traceback" not in errors and "Error" not in errors, errors
+    assert "internal error" not in errors and "Exception ignored" not in errors
+
+
+def test_ctrl_c_while_writing_exits_130(tmp_path: Path) -> None:
+    """SIGINT to the real process, blocked writing a report nobody reads yet."""
+    import signal
+
+    process = _qarm("audit", *[clean_folder(tmp_path)] * 80, "-f", "json")
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(1) == b"["  # writing; the pipe fills and the write blocks
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    process.stdout.read()
+    process.stdout.close()
+    errors = process.stderr.read().decode()
+    process.stderr.close()
+    assert process.wait(timeout=60) == 130, errors
+    assert errors.endswith("qarm: interrupted; nothing more was written\n"), errors
+    assert "Traceback" not in errors
+
+
+# -- tokens in what a server says --------------------------------------------------------------
+
+TOKEN = "hf_qarmECHOtoken0123456789abcdefXYZ"
+
+
+@pytest.fixture
+def echoing_hub(tmp_path: Path) -> Any:
+    """A Hub that puts the Authorization header it got into its answers: a listing that
+    huggingface_hub cannot read (its ValueError quotes the field: the token), error bodies."""
+    import http.server
+
+    from hubserver import point_huggingface_hub_at
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            said = f"you sent {self.headers.get('Authorization', '')}"
+            status, body = 400, {"error": said}
+            if self.path.startswith("/api/models/"):
+                status = 200
+                body = {"id": "org/x", "sha": "a" * 40, "inferenceProviderMapping": said}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Error-Message", said)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_HEAD = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"
+    with point_huggingface_hub_at(endpoint, cache_dir=tmp_path / "hf", disable_token=False):
+        yield endpoint
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_a_token_a_server_echoes_is_scrubbed_and_the_exit_code_stays_3(
+    echoing_hub: Any, run: Any, monkeypatch: pytest.MonkeyPatch, debug: str
+) -> None:
+    """The server's answer holds the token, and huggingface_hub's ValueError quotes it: the
+    "internal error" line printed it whole, and with QARM_DEBUG=1 so did the traceback, which
+    also turned the exit code into 1 ("refusals")."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("QARM_DEBUG", debug)
+    result = run("audit", "org/x@" + "a" * 40)
+    assert result.exit_code == 3, result.stderr
+    assert "you sent Bearer <HF_TOKEN>" in result.stderr
+    assert TOKEN not in result.stdout + result.stderr and TOKEN[3:] not in result.stderr
+    assert ("Traceback (most recent call last):" in result.stderr) == (debug == "1")
+
+
+def test_tokens_are_scrubbed_from_every_chained_exception(
+    run: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from qarm_audit import cli as cli_module
+
+    def failing(source: str, **kwargs: Any) -> Any:
+        try:
+            try:
+                raise OSError(f"the server said: Authorization: Bearer {TOKEN}")
+            except OSError as inner:
+                raise LookupError(f"while reading {TOKEN}\n::error::forged") from inner
+        except LookupError:
+            raise RuntimeError(f"gave up ({TOKEN})") from None
+
+    monkeypatch.setattr(cli_module, "audit", failing)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("QARM_DEBUG", "1")
+    result = run("audit", clean_folder(tmp_path))
+    assert result.exit_code == 3
+    assert TOKEN not in result.stderr
+    assert "gave up (<HF_TOKEN>)" in result.stderr
+    assert "LookupError" not in result.stderr  # suppressed by `from None`, as Python shows it
+
+    def chained(source: str, **kwargs: Any) -> Any:
+        try:
+            raise OSError(f"Bearer {TOKEN}")
+        except OSError as inner:
+            raise QarmError("x", f"while reading {TOKEN}\n::error::forged") from inner
+
+    monkeypatch.setattr(cli_module, "audit", chained)
+    result = run("audit", clean_folder(tmp_path))
+    assert result.exit_code == 2 and TOKEN not in result.stderr
+    assert "OSError: Bearer <HF_TOKEN>" in result.stderr
+    assert "direct cause" in result.stderr
+    assert not [line for line in result.stderr.split("\n") if line.lstrip().startswith("::")]

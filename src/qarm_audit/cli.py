@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +24,14 @@ from .report import (
     verdict_line,
 )
 from .report.model import Report
+from .report.output import (
+    Output,
+    ReportConsole,
+    append_summary,
+    echo,
+    print_traceback,
+    say,
+)
 from .report.policy import load_config_file, load_config_ignores, parse_cli_ignores
 from .report.render_github import render_github_error
 from .report.render_table import render_table
@@ -61,7 +68,7 @@ class _HubStderr:
         self.task: TaskID | None = None
 
     def resolved(self, revision: str, sha: str) -> None:
-        click.echo(f"qarm: resolved {revision} -> {sha}", err=True)
+        say(f"qarm: resolved {revision} -> {sha}")
 
     def headers_started(self, total: int) -> None:
         if self.bar and total:
@@ -69,7 +76,7 @@ class _HubStderr:
                 TextColumn("reading headers"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                console=Console(stderr=True),
+                console=ReportConsole(stderr=True),
                 transient=True,
             )
             self.task = self.progress.add_task("headers", total=total)
@@ -85,8 +92,13 @@ class _HubStderr:
             self.progress = None
 
 
+INTERRUPTED = 130
+"""The exit code after Ctrl-C (128 + SIGINT), as a shell reports a process it interrupted."""
+
+
 class _Group(click.Group):
-    """Turns every QarmError into one line on stderr and its exit code; never a traceback."""
+    """Turns every QarmError into one line on stderr and its exit code; never a traceback
+    (unless QARM_DEBUG=1, and then one with every token scrubbed); Ctrl-C into exit 130."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -96,14 +108,15 @@ class _Group(click.Group):
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
+        except KeyboardInterrupt:
+            say("qarm: interrupted; nothing more was written")
+            ctx.exit(INTERRUPTED)
         except Exception as exc:
-            if os.environ.get("QARM_DEBUG") == "1":
-                raise
-            click.echo(
-                f"qarm: internal error: {type(exc).__name__}: {exc} "
-                "(set QARM_DEBUG=1 for a traceback)",
-                err=True,
+            print_traceback(exc)
+            hint = (
+                "" if os.environ.get("QARM_DEBUG") == "1" else " (set QARM_DEBUG=1 for a traceback)"
             )
+            say(f"qarm: internal error: {type(exc).__name__}: {exc}{hint}")
             ctx.exit(ExitCode.COULD_NOT_AUDIT)
 
 
@@ -221,6 +234,41 @@ def audit_command(
     """
     if ignore_reason and not ignore_specs:
         raise UsageError("--ignore-reason", "given without --ignore")
+    with Output.at(output) as out:
+        _audit_command(
+            sources,
+            fmt,
+            out,
+            engine,
+            env_pairs,
+            gpu,
+            routing,
+            fail_on,
+            require_pinned,
+            probe_scalars,
+            show_map,
+            ignore_specs,
+            ignore_reason,
+            config_file,
+        )
+
+
+def _audit_command(
+    sources: tuple[str, ...],
+    fmt: str,
+    out: Output,
+    engine: str,
+    env_pairs: tuple[str, ...],
+    gpu: str | None,
+    routing: str | None,
+    fail_on: str,
+    require_pinned: bool,
+    probe_scalars: bool,
+    show_map: bool,
+    ignore_specs: tuple[str, ...],
+    ignore_reason: str | None,
+    config_file: Path | None,
+) -> None:
     rules = [
         *(load_config_file(config_file) if config_file else load_config_ignores(Path.cwd())),
         *parse_cli_ignores(ignore_specs, ignore_reason),
@@ -228,8 +276,9 @@ def audit_command(
     profile = load_profile(engine)
     env = _parse_env(env_pairs)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    to_terminal = fmt == "table" and output is None
+    to_terminal = fmt == "table" and out.path is None
     texts: list[str] = []
+    summaries: list[str] = []
     reports: list[Report] = []
     worst = ExitCode.CLEAN
     for n, source in enumerate(sources):
@@ -248,8 +297,8 @@ def audit_command(
         except UsageError:
             raise
         except QarmError as exc:
-            if fmt == "github" and output is None:
-                click.echo(render_github_error(str(exc)), nl=False)
+            if fmt == "github" and out.path is None:
+                echo(render_github_error(str(exc)))
             if len(sources) == 1:
                 raise
             _print_error(exc)
@@ -259,14 +308,14 @@ def audit_command(
         worst = max(worst, exit_code_for(report, fail_on))
         if to_terminal:
             if n:
-                click.echo()
-            render_table(report, Console(), scheme_map=show_map)
+                echo("\n")
+            render_table(report, ReportConsole(), scheme_map=show_map)
         elif fmt != "json":
             texts.append(_render(report, fmt, show_map))
         if not to_terminal:
-            click.echo(verdict_line(report), err=True)
+            say(verdict_line(report))
         if summary:
-            _append_summary(Path(summary), render_markdown(report, scheme_map=show_map))
+            summaries.append(render_markdown(report, scheme_map=show_map) + "\n")
     if fmt == "json":
         if len(sources) == 1:
             texts = [render_json(reports[0])] if reports else []
@@ -274,10 +323,12 @@ def audit_command(
             texts = [_json_array(reports)]
     if not to_terminal:
         text = ("\n" if fmt in ("table", "markdown") else "").join(texts)
-        if output is not None:
-            output.write_text(text, encoding="utf-8")
+        if out.path is not None:
+            out.write(text)
         else:
-            click.echo(text, nl=False)
+            echo(text)
+    if summary and summaries:
+        append_summary(Path(summary), "".join(summaries))
     click.get_current_context().exit(worst)
 
 
@@ -302,18 +353,8 @@ def _json_array(reports: list[Report]) -> str:
 
 
 def _print_error(exc: QarmError) -> None:
-    if os.environ.get("QARM_DEBUG") == "1":
-        traceback.print_exc()
-    click.echo(f"qarm: error: {exc}", err=True)
-
-
-def _append_summary(path: Path, markdown: str) -> None:
-    """GitHub Actions' job summary: the markdown report is appended, whatever the format."""
-    try:
-        with path.open("a", encoding="utf-8") as file:
-            file.write(markdown + "\n")
-    except OSError as exc:
-        click.echo(f"qarm: warning: cannot append to GITHUB_STEP_SUMMARY {path}: {exc}", err=True)
+    print_traceback(exc)
+    say(f"qarm: error: {exc}")
 
 
 @cli.command("manifest", short_help="Capture a header-only manifest of SOURCE.")
@@ -333,6 +374,7 @@ def _append_summary(path: Path, markdown: str) -> None:
 )
 def manifest_command(source: str, output: Path, force: bool, require_pinned: bool) -> None:
     """Capture SOURCE's documents and headers (no weights) as a manifest at OUTPUT."""
+    Output.check(output)
     checkpoint = open_source(
         source, require_pinned=require_pinned, observer=_HubStderr(bar=sys.stderr.isatty())
     )
@@ -342,7 +384,7 @@ def manifest_command(source: str, output: Path, force: bool, require_pinned: boo
     written = write_manifest(checkpoint, output, force=force)
     tensors = sum(len(s.tensors) for s in checkpoint.shards)
     state = "wrote" if written else "unchanged"
-    click.echo(f"{state} {output}: {tensors} tensors in {len(checkpoint.shards)} shards", err=True)
+    say(f"{state} {output}: {tensors} tensors in {len(checkpoint.shards)} shards")
 
 
 @cli.command("schema", short_help="Print the JSON schema of audit --format json.")
@@ -365,13 +407,13 @@ _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 def _emit(
     fmt: str,
-    output: Path | None,
+    out: Output,
     text: Callable[[], str],
     table: Callable[[Console], None],
 ) -> None:
-    """Write ``text()`` (JSON or markdown) or the rich ``table`` to ``output`` or stdout."""
-    if fmt == "table" and output is None:
-        table(Console())
+    """Write ``text()`` (JSON or markdown) or the rich ``table`` to ``out`` or stdout."""
+    if fmt == "table" and out.path is None:
+        table(ReportConsole())
         return
     if fmt == "table":
         from io import StringIO
@@ -381,10 +423,10 @@ def _emit(
         rendered = buffer.getvalue()
     else:
         rendered = text()
-    if output is not None:
-        output.write_text(rendered, encoding="utf-8")
+    if out.path is not None:
+        out.write(rendered)
     else:
-        click.echo(rendered, nl=False)
+        echo(rendered)
 
 
 def _engine_options(function: _Command) -> _Command:
@@ -462,17 +504,18 @@ def diff_command(
     from .commands.diff import diff
     from .report.render_diff import render_diff_json, render_diff_markdown, render_diff_table
 
-    report = diff(
-        a, b, engine=engine, env=_parse_env(env_pairs), gpu=gpu, require_pinned=require_pinned
-    )
-    _emit(
-        fmt,
-        output,
-        lambda: render_diff_json(report) if fmt == "json" else render_diff_markdown(report),
-        lambda console: render_diff_table(report, console),
-    )
+    with Output.at(output) as out:
+        report = diff(
+            a, b, engine=engine, env=_parse_env(env_pairs), gpu=gpu, require_pinned=require_pinned
+        )
+        _emit(
+            fmt,
+            out,
+            lambda: render_diff_json(report) if fmt == "json" else render_diff_markdown(report),
+            lambda console: render_diff_table(report, console),
+        )
     if fmt != "table" or output is not None:
-        click.echo(report.summary, err=True)
+        say(report.summary)
     click.get_current_context().exit(ExitCode.CLEAN if report.identical else ExitCode.FINDINGS)
 
 
@@ -504,21 +547,22 @@ def explain_command(
         render_explain_table,
     )
 
-    explanation = explain(
-        source,
-        name,
-        engine=engine,
-        env=_parse_env(env_pairs),
-        gpu=gpu,
-        require_pinned=require_pinned,
-    )
-    _emit(
-        fmt,
-        output,
-        lambda: (
-            render_explain_json(explanation)
-            if fmt == "json"
-            else render_explain_markdown(explanation)
-        ),
-        lambda console: render_explain_table(explanation, console),
-    )
+    with Output.at(output) as out:
+        explanation = explain(
+            source,
+            name,
+            engine=engine,
+            env=_parse_env(env_pairs),
+            gpu=gpu,
+            require_pinned=require_pinned,
+        )
+        _emit(
+            fmt,
+            out,
+            lambda: (
+                render_explain_json(explanation)
+                if fmt == "json"
+                else render_explain_markdown(explanation)
+            ),
+            lambda console: render_explain_table(explanation, console),
+        )

@@ -13,6 +13,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .escape import md_code, md_text, term, term_line
+
 if TYPE_CHECKING:
     from .diff_model import DiffReport, SideInfo, TensorChange
 
@@ -22,10 +24,6 @@ EXAMPLES = 40
 
 def render_diff_json(report: DiffReport) -> str:
     return report.model_dump_json(indent=2) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _label(side: SideInfo) -> str:
@@ -44,18 +42,19 @@ def _verdict(side: SideInfo) -> str:
     )
 
 
-def _sides(report: DiffReport, sep: str = "\n") -> list[tuple[str, str, str]]:
+def _sides_lines(report: DiffReport) -> list[tuple[str, list[str], list[str]]]:
+    """(row, A's lines, B's lines): every value is one line, except the arms (one per arm)."""
     a, b = report.a, report.b
     rows = [
-        ("source", _label(a), _label(b)),
-        ("tensors", str(a.tensors), str(b.tensors)),
-        ("modules", str(a.modules), str(b.modules)),
-        ("shards", str(a.shards), str(b.shards)),
-        ("declared", a.declared, b.declared),
-        ("audit", _verdict(a), _verdict(b)),
+        ("source", [_label(a)], [_label(b)]),
+        ("tensors", [str(a.tensors)], [str(b.tensors)]),
+        ("modules", [str(a.modules)], [str(b.modules)]),
+        ("shards", [str(a.shards)], [str(b.shards)]),
+        ("declared", [a.declared], [b.declared]),
+        ("audit", [_verdict(a)], [_verdict(b)]),
     ]
     if a.arms or b.arms:
-        rows.append(("arms", sep.join(a.arms) or "none", sep.join(b.arms) or "none"))
+        rows.append(("arms", list(a.arms) or ["none"], list(b.arms) or ["none"]))
     return rows
 
 
@@ -114,10 +113,17 @@ def _bucket(name: str, arm: str) -> str:
 def render_diff_markdown(report: DiffReport) -> str:
     a, b = report.a, report.b
     mark = "✅" if report.identical else "↔️"
-    out = [f"### qarm diff: `{_cell(_label(a))}` (A) vs `{_cell(_label(b))}` (B)", ""]
-    out += [f"{mark} **{_cell(report.summary)}**", ""]
+    out = [
+        f"### qarm diff: {md_code(_label(a), table=False)} (A) vs "
+        f"{md_code(_label(b), table=False)} (B)",
+        "",
+    ]
+    out += [f"{mark} **{md_text(report.summary)}**", ""]
     out += ["| | A | B |", "|---|---|---|"]
-    out += [f"| {k} | {_cell(x)} | {_cell(y)} |" for k, x, y in _sides(report, "<br>")]
+    out += [
+        f"| {k} | {'<br>'.join(map(md_text, a_lines))} | {'<br>'.join(map(md_text, b_lines))} |"
+        for k, a_lines, b_lines in _sides_lines(report)
+    ]
     out += [
         "",
         f"**Names**: {len(report.only_a)} only in A, {len(report.only_b)} only in B, "
@@ -126,14 +132,14 @@ def render_diff_markdown(report: DiffReport) -> str:
     names = _names(report)
     if names:
         out += ["", "| operand | only in A | only in B | example |", "|---|---:|---:|---|"]
-        out += [f"| `{op}` | {x} | {y} | `{_cell(e)}` |" for op, x, y, e in names[:EXAMPLES]]
+        out += [f"| {md_code(op)} | {x} | {y} | {md_code(e)} |" for op, x, y, e in names[:EXAMPLES]]
         if len(names) > EXAMPLES:
             out.append(f"| … {len(names) - EXAMPLES} more operands | | | see `--format json` |")
     changed = _changed(report.changed)
     if changed:
         out += ["", "| operand | change | tensors | example |", "|---|---|---:|---|"]
         out += [
-            f"| `{op}` | {_cell(kind)} | {n} | `{_cell(e)}` |"
+            f"| {md_code(op)} | {md_text(kind)} | {n} | {md_code(e)} |"
             for op, kind, n, e in changed[:EXAMPLES]
         ]
     out += ["", f"**Declarations**: {len(report.modules)} modules resolve differently."]
@@ -143,8 +149,8 @@ def render_diff_markdown(report: DiffReport) -> str:
             a_cell = _bucket(m.a_bucket, m.a_arm) + (f", {m.a_how}" if m.a_how else "")
             b_cell = _bucket(m.b_bucket, m.b_arm) + (f", {m.b_how}" if m.b_how else "")
             out.append(
-                f"| {m.change} | `{_cell(a_cell)}` | `{_cell(b_cell)}` | {m.modules} | "
-                f"`{_cell(m.example)}` |"
+                f"| {md_text(m.change)} | {md_code(a_cell)} | {md_code(b_cell)} | {m.modules} | "
+                f"{md_code(m.example)} |"
             )
         if len(report.module_moves) > EXAMPLES:
             out.append(f"| … {len(report.module_moves) - EXAMPLES} more groups | | | | |")
@@ -155,27 +161,28 @@ def render_diff_markdown(report: DiffReport) -> str:
             if c.only_a or c.only_b:
                 a_cell += f"; only in A: {', '.join(c.only_a) or 'none'}"
                 b_cell += f"; only in B: {', '.join(c.only_b) or 'none'}"
-            out.append(f"| {c.key} | {_cell(a_cell)} | {_cell(b_cell)} |")
+            out.append(f"| {md_text(c.key)} | {md_text(a_cell)} | {md_text(b_cell)} |")
     layout = report.layout
     out += ["", f"**Layout**: {'same shards' if layout.identical else 'differs'}."]
     if layout.lines:
-        out += ["", *[f"- {_cell(line)}" for line in layout.lines[:EXAMPLES]]]
+        out += ["", *[f"- {md_text(line)}" for line in layout.lines[:EXAMPLES]]]
         if len(layout.lines) > EXAMPLES:
             out.append(f"- … {len(layout.lines) - EXAMPLES} more lines (see `--format json`)")
     if report.documents:
         out += [
             "",
-            f"Documents whose text differs: {', '.join(f'`{d}`' for d in report.documents)}.",
+            "Documents whose text differs: "
+            f"{', '.join(md_code(d, table=False) for d in report.documents)}.",
         ]
     return "\n".join(out) + "\n"
 
 
 def render_diff_table(report: DiffReport, console: Console) -> None:
-    console.print(_renderable(report))
+    console.print(_renderable(report), crop=False)
 
 
 def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=term(title), title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
@@ -183,10 +190,10 @@ def _table(title: str, *columns: str) -> Table:
 
 def _renderable(report: DiffReport) -> RenderableType:
     style = "bold green" if report.identical else "bold yellow"
-    parts: list[RenderableType] = [Text(report.summary, style=style)]
+    parts: list[RenderableType] = [term_line(report.summary, style=style)]
     sides = _table("Checkpoints", "", "A", "B")
-    for row in _sides(report):
-        sides.add_row(*row)
+    for key, a_lines, b_lines in _sides_lines(report):
+        sides.add_row(key, Text("\n").join(map(term, a_lines)), Text("\n").join(map(term, b_lines)))
     parts.append(sides)
     names = _names(report)
     if names:
@@ -198,7 +205,7 @@ def _renderable(report: DiffReport) -> RenderableType:
             "example",
         )
         for op, x, y, e in names[:EXAMPLES]:
-            table.add_row(op, str(x), str(y), e)
+            table.add_row(term(op), str(x), str(y), term(e))
         if len(names) > EXAMPLES:
             table.add_row("…", "", "", f"{len(names) - EXAMPLES} more (see --format json)")
         parts.append(table)
@@ -207,7 +214,7 @@ def _renderable(report: DiffReport) -> RenderableType:
     if changed:
         table = _table("dtype or shape", "operand", "change", "tensors", "example")
         for op, kind, n, e in changed[:EXAMPLES]:
-            table.add_row(op, kind, str(n), e)
+            table.add_row(term(op), term(kind), str(n), term(e))
         parts.append(table)
     if report.module_moves:
         table = _table(
@@ -220,11 +227,11 @@ def _renderable(report: DiffReport) -> RenderableType:
         )
         for m in report.module_moves[:EXAMPLES]:
             table.add_row(
-                m.change,
-                _bucket(m.a_bucket, m.a_arm) + (f", {m.a_how}" if m.a_how else ""),
-                _bucket(m.b_bucket, m.b_arm) + (f", {m.b_how}" if m.b_how else ""),
+                term(m.change),
+                term(_bucket(m.a_bucket, m.a_arm) + (f", {m.a_how}" if m.a_how else "")),
+                term(_bucket(m.b_bucket, m.b_arm) + (f", {m.b_how}" if m.b_how else "")),
                 str(m.modules),
-                m.example,
+                term(m.example),
             )
         parts.append(table)
     if report.config:
@@ -234,13 +241,13 @@ def _renderable(report: DiffReport) -> RenderableType:
             if c.only_a or c.only_b:
                 a_cell += f"; only in A: {', '.join(c.only_a) or 'none'}"
                 b_cell += f"; only in B: {', '.join(c.only_b) or 'none'}"
-            table.add_row(c.key, a_cell, b_cell)
+            table.add_row(term(c.key), term(a_cell), term(b_cell))
         parts.append(table)
     layout = report.layout
     parts.append(Text(f"layout: {'same shards' if layout.identical else 'differs'}"))
-    parts.extend(Text(f"  {line}") for line in layout.lines[:EXAMPLES])
+    parts.extend(term_line(f"  {line}") for line in layout.lines[:EXAMPLES])
     if len(layout.lines) > EXAMPLES:
         parts.append(Text(f"  … {len(layout.lines) - EXAMPLES} more (see --format json)"))
     if report.documents:
-        parts.append(Text(f"documents whose text differs: {', '.join(report.documents)}"))
+        parts.append(term_line(f"documents whose text differs: {', '.join(report.documents)}"))
     return Group(*parts)

@@ -8,17 +8,11 @@ title property.
 
 from __future__ import annotations
 
+from .escape import gh_data as _escape_data
+from .escape import gh_property as _escape_property
 from .model import FindingRow, IgnoredRow, Report
 
 LEVEL = {"refusal": "error", "warning": "warning", "info": "notice"}
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _line(row: FindingRow, source: str) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from .escape import md_fence, visible
 from .model import Report
 
 ABSENT = "."
@@ -35,8 +36,8 @@ MAX_FOOTNOTES = 24
 MAX_ODD = 6
 """Odd ones out named per footnote or trailing group before ``and N more``."""
 
-_STACK = re.compile(r"^(?P<stack>.+?)\.(?P<index>\d+)\.(?P<rest>.+)$")
-_EXPERT = re.compile(r"^(?:(?P<head>.*)\.)?experts\.(?P<expert>\d+)\.(?P<tail>.+)$")
+_STACK = re.compile(r"^(?P<stack>.+?)\.(?P<index>\d+)\.(?P<rest>.+)$", re.DOTALL)
+_EXPERT = re.compile(r"^(?:(?P<head>.*)\.)?experts\.(?P<expert>\d+)\.(?P<tail>.+)$", re.DOTALL)
 _GENERIC = {"model", "language_model", "transformer", "text_model", "decoder", "backbone"}
 _PROJ_ORDER = [
     "q_a_proj",
@@ -368,7 +369,7 @@ def build_map(report: Report) -> SchemeMap:
 def _legend_line(entry: LegendEntry) -> str:
     count = f" ({entry.modules} module{'s' if entry.modules != 1 else ''})" if entry.modules else ""
     description = f": {entry.description}" if entry.description else ""
-    return f"{entry.letter}  {entry.bucket}{description}{count}"
+    return visible(f"{entry.letter}  {entry.bucket}{description}{count}")
 
 
 def _other_line(group: OtherGroup) -> str:
@@ -382,14 +383,14 @@ def _other_line(group: OtherGroup) -> str:
         shown = ", ".join(group.odd[:MAX_ODD])
         more = f" and {len(group.odd) - MAX_ODD} more" if len(group.odd) > MAX_ODD else ""
         text += f"; off: {shown}{more}"
-    return text
+    return visible(text)
 
 
 def _title(scheme_map: SchemeMap) -> str:
     if scheme_map.stack is None:
         return "Scheme map: no layer stack; every module below"
     return (
-        f"Scheme map: {scheme_map.stack}, {scheme_map.layers} layers by projection "
+        f"Scheme map: {visible(scheme_map.stack)}, {scheme_map.layers} layers by projection "
         "(one letter per module)"
     )
 
@@ -402,13 +403,15 @@ def _grid(scheme_map: SchemeMap) -> list[list[Segment]]:
     """The grid as lines of segments: group headers, leaf labels, one line per row."""
     columns = scheme_map.columns
     first = max(len("layer"), *(len(r.layers) for r in scheme_map.rows))
-    widths = [max(len(c.label), 1) for c in columns]
+    labels = [visible(c.label) for c in columns]
+    widths = [max(len(label), 1) for label in labels]
     runs: list[tuple[str, list[int]]] = []
     for i, column in enumerate(columns):
-        if runs and runs[-1][0] == column.group:
+        group = visible(column.group)
+        if runs and runs[-1][0] == group:
             runs[-1][1].append(i)
         else:
-            runs.append((column.group, [i]))
+            runs.append((group, [i]))
     for group, members in runs:
         span = sum(widths[i] for i in members) + len(members) - 1
         if len(group) > span:
@@ -435,7 +438,7 @@ def _grid(scheme_map: SchemeMap) -> list[list[Segment]]:
             span = sum(widths[i] for i in members) + len(members) - 1
             header += [(gap, False), (group.ljust(span), False)]
         lines.append(header)
-    lines.append(line("layer", [c.label for c in columns], "left", False))
+    lines.append(line("layer", labels, "left", False))
     lines += [line(row.layers, row.cells, "center", True) for row in scheme_map.rows]
     return lines
 
@@ -446,14 +449,18 @@ def _tail(scheme_map: SchemeMap) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if scheme_map.others:
         out += [("", ""), ("outside the layers:", "")]
-        width = max(len(g.label) for g in scheme_map.others)
-        out += [(f"  {g.label.ljust(width)}  {_other_line(g)}", "") for g in scheme_map.others]
+        labels = [visible(g.label) for g in scheme_map.others]
+        width = max(map(len, labels))
+        out += [
+            (f"  {label.ljust(width)}  {_other_line(g)}", "")
+            for label, g in zip(labels, scheme_map.others, strict=True)
+        ]
     out += [("", ""), ("legend:", "")]
     out += [(f"  {_legend_line(e)}", e.letter) for e in scheme_map.legend]
-    out += [(f"  {note}", "") for note in scheme_map.notes]
+    out += [(f"  {visible(note)}", "") for note in scheme_map.notes]
     if scheme_map.footnotes:
         out += [("", ""), ("experts that disagree:", MIXED)]
-        out += [(f"  {note}", MIXED) for note in scheme_map.footnotes[:MAX_FOOTNOTES]]
+        out += [(f"  {visible(note)}", MIXED) for note in scheme_map.footnotes[:MAX_FOOTNOTES]]
         if len(scheme_map.footnotes) > MAX_FOOTNOTES:
             more = len(scheme_map.footnotes) - MAX_FOOTNOTES
             out.append((f"  and {more} more (see --format json)", MIXED))
@@ -470,7 +477,7 @@ def render_map_text(scheme_map: SchemeMap) -> list[str]:
 
 def render_map_markdown(report: Report) -> list[str]:
     """The map as a fenced block, so the grid keeps its columns in a PR description."""
-    return ["```text", *render_map_text(build_map(report)), "```"]
+    return md_fence(render_map_text(build_map(report)))
 
 
 _STYLES = ("cyan", "magenta", "green", "blue", "yellow", "bright_cyan", "bright_magenta")
@@ -482,7 +489,9 @@ def map_renderable(report: Report) -> RenderableType:
     styles = {EXCLUDED: "dim", UNLISTED: "dim", ABSENT: "dim", MIXED: "bold red"}
     schemes = [e.letter for e in scheme_map.legend if e.letter not in styles]
     styles.update({letter: _STYLES[i % len(_STYLES)] for i, letter in enumerate(schemes)})
-    lines: list[RenderableType] = [Text(_title(scheme_map), style="bold")]
+    lines: list[RenderableType] = [
+        Text(_title(scheme_map), style="bold", no_wrap=True, overflow="ignore")
+    ]
     if scheme_map.columns:
         for segments in _grid(scheme_map):
             text = Text(no_wrap=True, overflow="ignore")
@@ -490,5 +499,8 @@ def map_renderable(report: Report) -> RenderableType:
                 text.append(part, style=styles.get(part, "") if cell else "")
             text.rstrip()
             lines.append(text)
-    lines += [Text(line, style=styles.get(mark, "")) for line, mark in _tail(scheme_map)]
+    lines += [
+        Text(line, style=styles.get(mark, ""), no_wrap=True, overflow="ignore")
+        for line, mark in _tail(scheme_map)
+    ]
     return Group(*lines)

@@ -5,6 +5,7 @@ Deterministic: no timestamps, no absolute paths beyond what the user typed.
 
 from __future__ import annotations
 
+from .escape import md_code, md_html, md_text
 from .model import FindingRow, IgnoredRow, ProbeInfo, Report
 
 VERDICT = {
@@ -12,10 +13,6 @@ VERDICT = {
     "warnings": "⚠️ **passes with warnings**",
     "clean": "✅ **clean**",
 }
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def source_label(report: Report) -> str:
@@ -38,28 +35,32 @@ def verdict_line(report: Report) -> str:
 
 
 def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
-    """The report as GitHub-flavoured markdown; ``scheme_map`` adds the ``--map`` grid."""
+    """The report as GitHub-flavoured markdown; ``scheme_map`` adds the ``--map`` grid.
+
+    Every string from the checkpoint, the declaration, the engine profile, the command line or
+    a server goes through :mod:`.escape`: it cannot end a table row, open HTML or a code span."""
     decl = report.declaration
-    out = [f"### qarm audit: `{_cell(source_label(report))}`", ""]
+    engine = report.engine
+    out = [f"### qarm audit: {md_code(source_label(report), table=False)}", ""]
     out.append(
         f"{VERDICT[report.verdict]}: {len(report.refusals)} refusals, "
         f"{len(report.warnings)} warnings"
         + (f" ({len(report.ignored)} findings ignored)" if report.ignored else "")
-        + f". Declared **{_cell(decl.algo or decl.family)}** "
-        f"({decl.family}) via `{_cell(decl.source or 'no declaration')}`; engine "
-        f"profile `{report.engine.name}`"
-        + (f" {report.engine.version}" if report.engine.version else "")
-        + f" (routing by {report.engine.routing})"
+        + f". Declared **{md_text(decl.algo or decl.family)}** "
+        f"({md_text(decl.family)}) via {md_code(decl.source or 'no declaration', table=False)}; "
+        f"engine profile {md_code(engine.name, table=False)}"
+        + (f" {md_text(engine.version)}" if engine.version else "")
+        + f" (routing by {md_text(engine.routing)})"
         + (
-            f" ({', '.join(f'{k}={v}' for k, v in report.engine.env.items())})"
-            if report.engine.env
+            f" ({md_text(', '.join(f'{k}={v}' for k, v in engine.env.items()))})"
+            if engine.env
             else ""
         )
-        + (f", GPU {report.engine.gpu}" if report.engine.gpu else "")
+        + (f", GPU {md_text(engine.gpu)}" if engine.gpu else "")
         + "."
     )
     if decl.reason:
-        out += ["", f"> {_cell(decl.reason)}"]
+        out += ["", f"> {md_text(decl.reason)}"]
     out += ["", *_declared(report)]
     out += [
         "",
@@ -69,8 +70,8 @@ def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
     for b in report.buckets:
         membership = ", ".join(f"{k} {v}" for k, v in b.membership.items())
         out.append(
-            f"| `{_cell(b.scheme)}` | {b.tensors} | {b.modules} | {membership} | "
-            f"{_cell(b.description)} |"
+            f"| {md_code(b.scheme)} | {b.tensors} | {b.modules} | {md_text(membership)} | "
+            f"{md_text(b.description)} |"
         )
     out.append(f"| **total** | **{report.totals.tensors}** | **{report.totals.modules}** | | |")
     if scheme_map:
@@ -80,9 +81,9 @@ def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
     if report.arms:
         out += ["", "**Arms** (declared vs executed):", ""]
         out += [
-            f"- {_cell(a.line())}: {_cell(a.reason)}"
-            + (f" _Note: {_cell(a.note)}_" if a.note else "")
-            + (f"\n  - engine log: `{_cell(a.log)}`" if a.log else "")
+            f"- {md_text(a.line())}: {md_text(a.reason)}"
+            + (f" _Note: {md_text(a.note)}_" if a.note else "")
+            + (f"\n  - engine log: {md_code(a.log, table=False)}" if a.log else "")
             for a in report.arms
         ]
     if report.routing_moves is not None:
@@ -100,13 +101,14 @@ def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
         out += ["", *_probe(report.probe)]
     if report.integrity is not None:
         integ = report.integrity
-        out += ["", "<details><summary>Integrity</summary>", "", f"{_cell(integ.verification)}", ""]
+        out += ["", "<details><summary>Integrity</summary>", "", md_text(integ.verification), ""]
         if integ.index:
-            out.append(f"- index: {_cell(integ.index)}")
-        out += [f"- {_cell(c)}" for c in integ.checks]
+            out.append(f"- index: {md_text(integ.index)}")
+        out += [f"- {md_text(c)}" for c in integ.checks]
         hashes = [s for s in integ.shards if s.remote_sha256]
         out += [
-            f"- {s.file}: sha256 {s.remote_sha256} (reported by the remote, not computed)"
+            f"- {md_text(s.file)}: sha256 {md_text(s.remote_sha256 or '')} "
+            "(reported by the remote, not computed)"
             for s in hashes
         ]
         out += ["", "</details>"]
@@ -126,16 +128,16 @@ def _moves(report: Report) -> list[str]:
         "|---|---|---|---:|",
     ]
     out += [
-        f"| {_cell(m.from_arm)} | {_cell(m.to_arm)} | {_cell(m.gpu or 'all')} | {m.modules} |"
+        f"| {md_text(m.from_arm)} | {md_text(m.to_arm)} | {md_text(m.gpu or 'all')} | {m.modules} |"
         for m in moves
     ]
     for m in moves:
         out += [
             "",
-            f"<details><summary>{_cell(m.from_arm)} -> {_cell(m.to_arm)}"
-            f"{' on ' + _cell(m.gpu) if m.gpu else ''} ({m.modules} modules)</summary>",
+            f"<details><summary>{md_html(m.from_arm)} -> {md_html(m.to_arm)}"
+            f"{' on ' + md_html(m.gpu) if m.gpu else ''} ({m.modules} modules)</summary>",
             "",
-            *[f"- `{_cell(name)}`" for name in m.module_names],
+            *[f"- {md_code(name, table=False)}" for name in m.module_names],
             "",
             "</details>",
         ]
@@ -145,15 +147,16 @@ def _moves(report: Report) -> list[str]:
 def _declared(report: Report) -> list[str]:
     """What the declaration says, before any tensor: schemes, rule counts, KV cache."""
     decl = report.declaration
-    rules = ", ".join(f"{k} {v}" for k, v in decl.rules.items())
+    rules = md_text(", ".join(f"{k} {v}" for k, v in decl.rules.items()))
     out = ["**Declared** " + (f"({rules})" if rules else "") + ":", ""]
     per = decl.layers_per_scheme
     for scheme in decl.schemes:
         count = f" on {per[scheme.name]} listed modules" if scheme.name in per else ""
-        out.append(f"- `{_cell(scheme.name)}`: {_cell(scheme.description)}{count}")
+        out.append(f"- {md_code(scheme.name, table=False)}: {md_text(scheme.description)}{count}")
     if decl.kv_cache is not None:
         out.append(
-            f"- KV cache: {decl.kv_cache.algo} ({decl.kv_cache.scales_shipped} scales shipped)"
+            f"- KV cache: {md_text(decl.kv_cache.algo)} "
+            f"({decl.kv_cache.scales_shipped} scales shipped)"
         )
     if not decl.schemes and decl.kv_cache is None:
         out.append("- nothing")
@@ -166,7 +169,7 @@ def _declared(report: Report) -> list[str]:
                 "",
                 f"<details><summary>{title} ({len(items)})</summary>",
                 "",
-                *[f"- `{_cell(i)}`" for i in items],
+                *[f"- {md_code(i, table=False)}" for i in items],
                 "",
                 "</details>",
             ]
@@ -186,11 +189,14 @@ def _findings(title: str, rows: list[FindingRow]) -> list[str]:
         shown[r.code] = shown.get(r.code, 0) + 1
         if shown[r.code] <= PER_CODE:
             out.append(
-                f"| `{r.code}` | `{_cell(r.module)}` | `{_cell(r.tensor)}` | {_cell(r.message)} |"
+                f"| {md_code(r.code)} | {md_code(r.module)} | {md_code(r.tensor)} | "
+                f"{md_text(r.message)} |"
             )
     for code, count in shown.items():
         if count > PER_CODE:
-            out.append(f"| `{code}` | … | | {count - PER_CODE} more (every row is in the JSON) |")
+            out.append(
+                f"| {md_code(code)} | … | | {count - PER_CODE} more (every row is in the JSON) |"
+            )
     out += ["", "</details>"]
     return out
 
@@ -207,8 +213,9 @@ def _ignored(rows: list[IgnoredRow]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     out += [
-        f"| `{r.code}` | {r.severity} | `{_cell(r.module)}` | `{_cell(r.tensor)}` | "
-        f"{_cell(r.message)} | {_cell(r.reason)} | `{_cell(r.origin)}` |"
+        f"| {md_code(r.code)} | {md_text(r.severity)} | {md_code(r.module)} | "
+        f"{md_code(r.tensor)} | {md_text(r.message)} | {md_text(r.reason)} | "
+        f"{md_code(r.origin)} |"
         for r in rows
     ]
     out += ["", "</details>"]
@@ -231,12 +238,13 @@ def probe_line(probe: ProbeInfo) -> str:
 
 
 def _probe(probe: ProbeInfo) -> list[str]:
-    out = [f"**Scalar probe**: {_cell(probe_line(probe).removeprefix('scalar probe: '))}."]
+    out = [f"**Scalar probe**: {md_text(probe_line(probe).removeprefix('scalar probe: '))}."]
     flagged = [r for r in probe.scalars if r.status in ("zero", "negative", "nonfinite")]
     if flagged:
         out += ["", "| tensor | dtype | shape | values |", "|---|---|---|---|"]
         out += [
-            f"| `{_cell(r.tensor)}` | {r.dtype} | {r.shape} | {_cell(', '.join(r.values))} |"
+            f"| {md_code(r.tensor)} | {md_text(r.dtype)} | {md_text(str(r.shape))} | "
+            f"{md_text(', '.join(r.values))} |"
             for r in flagged
         ]
     return out

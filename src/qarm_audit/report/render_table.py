@@ -1,4 +1,8 @@
-"""The terminal view: rich tables of buckets, arms and findings."""
+"""The terminal view: rich tables of buckets, arms and findings.
+
+Every cell and line is a rich ``Text`` (:func:`.escape.term`): a name holding rich markup or a
+control character is shown as written, never read as markup or sent to the terminal.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .escape import term, term_line
 from .model import Report
 
 STYLE = {"refused": "bold red", "warnings": "bold yellow", "clean": "bold green"}
@@ -14,7 +19,7 @@ MAX_ROWS = 40
 
 def render_table(report: Report, console: Console, *, scheme_map: bool = False) -> None:
     """Print the report; ``scheme_map`` adds the ``--map`` grid after the buckets."""
-    console.print(_renderable(report, scheme_map))
+    console.print(_renderable(report, scheme_map), crop=False)
 
 
 def _moves(report: Report) -> RenderableType:
@@ -22,33 +27,37 @@ def _moves(report: Report) -> RenderableType:
     if not moves:
         return Text("routing moves: none; every module runs the same arm under both routings")
     table = Table(
-        title=f"Routing moves (by {moves[0].from_routing} -> by {moves[0].to_routing})",
+        title=term(f"Routing moves (by {moves[0].from_routing} -> by {moves[0].to_routing})"),
         title_justify="left",
     )
     for column in ("from arm", "to arm", "GPUs", "modules", "first modules"):
         table.add_column(column, overflow="fold")
     for m in moves:
         shown = ", ".join(m.module_names[:3]) + (" …" if m.modules > 3 else "")
-        table.add_row(m.from_arm, m.to_arm, m.gpu or "all", str(m.modules), shown)
+        table.add_row(
+            term(m.from_arm), term(m.to_arm), term(m.gpu or "all"), str(m.modules), term(shown)
+        )
     return table
 
 
 def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
     from .render_markdown import verdict_line
 
-    parts: list[RenderableType] = [Text(verdict_line(report), style=STYLE[report.verdict])]
+    parts: list[RenderableType] = [term_line(verdict_line(report), style=STYLE[report.verdict])]
     if report.declaration.reason:
-        parts.append(Text(report.declaration.reason, style="italic"))
+        parts.append(term_line(report.declaration.reason, style="italic"))
     decl = report.declaration
     rules = ", ".join(f"{k} {v}" for k, v in decl.rules.items())
-    declared = Table(title=f"Declared ({rules})" if rules else "Declared", title_justify="left")
+    declared = Table(
+        title=term(f"Declared ({rules})" if rules else "Declared"), title_justify="left"
+    )
     for column in ("scheme", "arm", "description"):
         declared.add_column(column)
     for scheme in decl.schemes:
-        declared.add_row(scheme.name, scheme.declared_arm, scheme.description)
+        declared.add_row(term(scheme.name), term(scheme.declared_arm), term(scheme.description))
     if decl.kv_cache is not None:
         declared.add_row(
-            "KV cache", decl.kv_cache.algo, f"{decl.kv_cache.scales_shipped} scales shipped"
+            "KV cache", term(decl.kv_cache.algo), f"{decl.kv_cache.scales_shipped} scales shipped"
         )
     if declared.row_count:
         parts.append(declared)
@@ -63,11 +72,11 @@ def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
         buckets.add_column(column, justify=justify)  # type: ignore[arg-type]
     for b in report.buckets:
         buckets.add_row(
-            b.scheme,
+            term(b.scheme),
             str(b.tensors),
             str(b.modules),
-            ", ".join(f"{k} {v}" for k, v in b.membership.items()),
-            b.description,
+            term(", ".join(f"{k} {v}" for k, v in b.membership.items())),
+            term(b.description),
         )
     buckets.add_row(
         "total", str(report.totals.tensors), str(report.totals.modules), "", "", style="bold"
@@ -87,9 +96,9 @@ def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
             if a.executed == "unknown"
             else "yellow"
         )
-        parts.append(Text(f"arm {a.line()}: {a.reason}", style=style))
+        parts.append(term_line(f"arm {a.line()}: {a.reason}", style=style))
         if a.note:
-            parts.append(Text(f"  note: {a.note}", style="italic"))
+            parts.append(term_line(f"  note: {a.note}", style="italic"))
     if report.routing_moves is not None:
         parts.append(_moves(report))
     for title, rows, style in (
@@ -99,22 +108,22 @@ def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
     ):
         if not rows:
             continue
-        table = Table(title=f"{title} ({len(rows)})", title_justify="left", title_style=style)
+        table = Table(title=Text(f"{title} ({len(rows)})"), title_justify="left", title_style=style)
         for column in ("code", "module", "message"):
             table.add_column(column, overflow="fold")
         for r in rows[:MAX_ROWS]:
-            table.add_row(r.code, r.module, r.message)
+            table.add_row(term(r.code), term(r.module), term(r.message))
         if len(rows) > MAX_ROWS:
             table.add_row("…", f"{len(rows) - MAX_ROWS} more (see --format json)", "")
         parts.append(table)
     if report.ignored:
         ignored = Table(
-            title=f"Ignored ({len(report.ignored)})", title_justify="left", title_style="dim"
+            title=Text(f"Ignored ({len(report.ignored)})"), title_justify="left", title_style="dim"
         )
         for column in ("code", "module", "reason", "ignored by"):
             ignored.add_column(column, overflow="fold")
         for i in report.ignored[:MAX_ROWS]:
-            ignored.add_row(i.code, i.module, i.reason, i.origin)
+            ignored.add_row(term(i.code), term(i.module), term(i.reason), term(i.origin))
         if len(report.ignored) > MAX_ROWS:
             ignored.add_row(
                 "…", f"{len(report.ignored) - MAX_ROWS} more (see --format json)", "", ""
@@ -123,15 +132,17 @@ def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
     if report.probe is not None:
         from .render_markdown import probe_line
 
-        parts.append(Text(probe_line(report.probe), style="red" if report.probe.flagged else "dim"))
+        parts.append(
+            term_line(probe_line(report.probe), style="red" if report.probe.flagged else "dim")
+        )
         flagged = [s for s in report.probe.scalars if s.status in ("zero", "negative", "nonfinite")]
         parts.extend(
-            Text(f"  {r.status}: {r.tensor} = {', '.join(r.values)}", style="red")
+            term_line(f"  {r.status}: {r.tensor} = {', '.join(r.values)}", style="red")
             for r in flagged[:MAX_ROWS]
         )
     if report.integrity is not None:
         parts.append(
-            Text(
+            term_line(
                 f"integrity: {report.integrity.index or 'single file'}; "
                 f"{len(report.integrity.shards)} shards verified semantically "
                 "(not a content hash)",

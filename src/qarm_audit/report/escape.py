@@ -1,0 +1,158 @@
+"""One escaper per output format, applied to every string that comes from outside qarm.
+
+Tensor and module names, declaration keys and values, shard file names, what a server answered
+and what the environment holds are hostile: each renderer passes them through the escaper of its
+format, and writes only its own text raw.
+
+* :func:`visible`: every format but JSON and GitHub workflow commands. Control characters (C0,
+  DEL, C1), line and paragraph separators, lone surrogates and the invisible bidirectional and
+  zero-width format characters are written as Python escapes (``\\x1b``, ``\\n``, ``\\u2028``),
+  so a string is always one line, sends no terminal sequence and hides nothing.
+* :func:`md_text`, :func:`md_code`, :func:`md_html`: markdown prose and table cells, code spans
+  (with a fence longer than any run of backticks inside, so they cannot be closed early), and
+  text inside HTML (``<summary>``); none can end a table row, open HTML or a comment, or forge an
+  entity or a link. :func:`md_fence` gives a fenced block a fence no line of it can close.
+* :func:`term`, :func:`term_line`: the terminal, always a rich :class:`~rich.text.Text`, never
+  markup; a line of its own is never wrapped, so nothing from outside starts a line.
+* :func:`gh_data`, :func:`gh_property`: GitHub workflow commands, as the runner unescapes them.
+
+Stderr lines go through :func:`visible`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+
+_HIDDEN = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+    "\ufff9-\ufffb\ud800-\udfff]"
+)
+"""What :func:`visible` writes as an escape: C0 and C1 controls and DEL; the soft hyphen; the
+Arabic letter mark, the Mongolian vowel separator; zero-width spaces and joiners, the
+left-to-right and right-to-left marks; U+2028 and U+2029 (line and paragraph separators); the
+bidirectional embeddings, overrides and isolates; word joiners and invisible operators; the
+byte-order mark; interlinear annotation marks; lone surrogates."""
+
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    short = _SHORT.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` on one line with nothing hidden: see :data:`_HIDDEN`."""
+    return _HIDDEN.sub(_escape, text)
+
+
+# -- markdown -----------------------------------------------------------------------------------
+
+
+_EMPHASIS = re.compile(r"[*~]|(?<![^\W_])_|_(?![^\W_])")
+"""``*`` and ``~`` anywhere, ``_`` unless between two letters or digits (``down_proj``), where
+it can neither open nor close emphasis."""
+
+
+def md_text(text: str) -> str:
+    """Markdown prose or a table cell: shown as written, whatever it holds.
+
+    Backslashes, ``&``, ``<``, backticks and ``|`` are escaped (``\\|`` also inside a table), as
+    are the emphasis marks that could pair up, and ``](`` cannot start a link target; the line
+    cannot end (see :func:`visible`)."""
+    escaped = (
+        visible(text)
+        .replace("\\", "\\\\")
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace("`", "&#96;")
+        .replace("|", "\\|")
+        .replace("](", "]\\(")
+    )
+    return _LEADING.sub(_lead, _EMPHASIS.sub(r"\\\g<0>", escaped), count=1)
+
+
+_LEADING = re.compile(r"^(?: |[#>+=\[-]|[0-9]+[.)])")
+"""What would start a block (a heading, a quote, a list, a link definition, an indented code
+block) where the text begins a line or a list item."""
+
+
+def _lead(match: re.Match[str]) -> str:
+    found = match.group()
+    if found == " ":
+        return "&#32;"
+    return found[:-1] + "\\" + found[-1]
+
+
+_TICKS = re.compile("`+")
+
+
+def md_code(text: str, *, table: bool = True) -> str:
+    """A markdown code span of ``text``: the fence is one backtick longer than the longest run
+    inside, padded with a space where the text starts or ends with a backtick or with spaces on
+    both sides (CommonMark strips one). ``table``: also escape ``|``, which a table cell ends on
+    even inside a code span (GitHub removes the backslash before the span is read)."""
+    shown = visible(text)
+    if table:
+        shown = shown.replace("|", "\\|")
+    if not shown:
+        return "``"
+    fence = "`" * (max(map(len, _TICKS.findall(shown)), default=0) + 1)
+    pad = (
+        " "
+        if shown[0] == "`"
+        or shown[-1] == "`"
+        or (shown[0] == " " and shown[-1] == " " and shown.strip(" "))
+        else ""
+    )
+    return f"{fence}{pad}{shown}{pad}{fence}"
+
+
+def md_html(text: str) -> str:
+    """Text inside an HTML element of the markdown (``<summary>``), where markdown escapes are
+    not read: entities only."""
+    return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def md_fence(lines: list[str], info: str = "text") -> list[str]:
+    """A fenced code block of ``lines`` (each made :func:`visible`): the fence is longer than
+    any run of backticks in the block, so no line closes it early."""
+    shown = [visible(line) for line in lines]
+    longest = max((len(run) for line in shown for run in _TICKS.findall(line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{info}", *shown, fence]
+
+
+# -- the terminal -------------------------------------------------------------------------------
+
+
+def term(text: str, style: str = "") -> Text:
+    """A rich ``Text`` of ``text`` made :func:`visible`: rich reads no markup in it. For a table
+    cell (each of its lines starts with the table's border)."""
+    return Text(visible(text), style=style)
+
+
+def term_line(text: str, style: str = "") -> Text:
+    """A line of its own, as :func:`term` but never wrapped (print it with ``crop=False``): no
+    string from outside can be pushed to the start of a line (a ``::error`` command to a CI
+    runner reading the log); the terminal wraps it for the eye."""
+    return Text(visible(text), style=style, no_wrap=True, overflow="ignore")
+
+
+# -- GitHub workflow commands ---------------------------------------------------------------------
+
+
+def gh_data(text: str) -> str:
+    """The data of a workflow command (``::error title=...::DATA``), as the runner unescapes it."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def gh_property(text: str) -> str:
+    """A property value of a workflow command (``title=VALUE``)."""
+    return gh_data(text).replace(":", "%3A").replace(",", "%2C")

@@ -1,0 +1,212 @@
+"""What qarm writes outside the report's own text: stderr lines, tracebacks, stdout, ``-o``
+files, the job summary.
+
+* Every stderr line has its tokens scrubbed and is made :func:`.escape.visible`, so no string
+  from outside starts a line of its own (a ``::error`` command to a CI runner).
+* With ``QARM_DEBUG=1``, tracebacks are written the same way, every chained exception included.
+* A closed stdout (``qarm audit ... | head``) ends the writing quietly; the exit code is the
+  one the audit earned.
+* ``-o`` is checked before any work and written in one piece, never half a report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ..errors import OutputError, UsageError
+from .escape import visible
+
+
+def tokens() -> list[str]:
+    """Every Hub token qarm could have sent (the environment's, and the saved login once
+    huggingface_hub is loaded), longest first; none shorter than 6 characters (scrubbing those
+    would mangle every message)."""
+    found = {os.environ.get(name, "") for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    hub = sys.modules.get("huggingface_hub")
+    if hub is not None:
+        with contextlib.suppress(Exception):
+            found.add(hub.get_token() or "")
+    usable = {t for token in found for t in (token, token.strip()) if len(t) >= 6}
+    return sorted(usable, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """``text`` without any token in it, whatever a server or a library put in a message."""
+    for token in tokens():
+        text = text.replace(token, "<HF_TOKEN>")
+    return text
+
+
+def say(line: str) -> None:
+    """One line on stderr: tokens scrubbed, nothing hidden (see :func:`.escape.visible`), so
+    no string from outside can start a line of its own (a ``::error`` command in CI)."""
+    click.echo(visible(scrub(line)), err=True)
+
+
+_CAUSE = "The above exception was the direct cause of the following exception:"
+_CONTEXT = "During handling of the above exception, another exception occurred:"
+
+
+def print_traceback(exc: BaseException) -> None:
+    """With QARM_DEBUG=1: the traceback of ``exc`` and of every exception chained to it, each
+    message scrubbed of tokens and made visible (the frames are qarm's and its libraries')."""
+    if os.environ.get("QARM_DEBUG") != "1":
+        return
+    chain: list[tuple[BaseException, str]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    link = ""
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append((current, link))
+        if current.__cause__ is not None:
+            current, link = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, link = current.__context__, _CONTEXT
+        else:
+            current = None
+    lines: list[str] = []
+    for error, after in reversed(chain):
+        lines.append("Traceback (most recent call last):")
+        for frame in traceback.format_tb(error.__traceback__):  # qarm's and its libraries'
+            lines += frame.rstrip("\n").split("\n")
+        name = type(error).__qualname__
+        module = type(error).__module__
+        label = name if module in ("builtins", "__main__") else f"{module}.{name}"
+        message = str(error)
+        lines.append(f"{label}: {message}" if message else label)
+        lines += [str(note) for note in getattr(error, "__notes__", ())]
+        if after:
+            lines += ["", after, ""]
+    for line in lines:
+        say(line)  # a message stays on its line
+
+
+def stdout_gone() -> None:
+    """The reader of stdout went away (``qarm audit ... | head``): everything qarm would still
+    write there goes to the null device, and the audit ends with the exit code it earned."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def echo(text: str) -> None:
+    """Write ``text`` to stdout as is; a closed pipe ends the writing quietly."""
+    try:
+        click.echo(text, nl=False)
+    except BrokenPipeError:
+        stdout_gone()
+
+
+class ReportConsole(Console):
+    """rich's console, except that a closed stdout does not end the process with exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stdout_gone()
+
+
+class Output:
+    """Where ``-o`` writes, checked before any work: the folder exists and takes a file
+    (a temporary one is made there at once), or the target is a device or a pipe that can be
+    opened for writing. The report is written at the end, in one piece: a regular file is
+    replaced only once the whole text is in the temporary file, so an interrupted or failed
+    run leaves the old file (or none) and never half a report."""
+
+    def __init__(self, path: Path | None, option: str = "--output") -> None:
+        self.path = path
+        self.option = option
+        self.temp: Path | None = None
+        self.target = path
+        if path is None:
+            return
+        shown = visible(str(path))
+        if path.is_symlink() or path.exists():
+            self.target = Path(os.path.realpath(path))
+        target = self.target
+        assert target is not None
+        try:
+            exists = target.exists()
+            if exists and target.is_dir():
+                raise UsageError(option, f"{shown} is a folder")
+            if exists and not target.is_file():  # /dev/stdout, /dev/full, a named pipe
+                if not os.access(target, os.W_OK):
+                    raise UsageError(option, f"{shown} is not writable")
+                return
+            if exists and not os.access(target, os.W_OK):
+                raise UsageError(option, f"{shown} is not writable")
+            folder = target.parent
+            if not folder.is_dir():
+                problem = "is not a folder" if folder.exists() else "does not exist"
+                raise UsageError(option, f"{shown}: the folder {visible(str(folder))} {problem}")
+            handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+            os.close(handle)
+        except OSError as exc:
+            raise UsageError(
+                option, f"{shown}: cannot write there: {exc.strerror or exc}"
+            ) from None
+        self.temp = Path(temp)
+
+    @classmethod
+    @contextlib.contextmanager
+    def at(cls, path: Path | None, option: str = "--output") -> Iterator[Output]:
+        """The output for ``path``; its temporary file is removed however the block ends."""
+        out = cls(path, option)
+        try:
+            yield out
+        finally:
+            out.discard()
+
+    def write(self, text: str) -> None:
+        """Write the whole report, or raise an :class:`OutputError` naming the target."""
+        assert self.path is not None and self.target is not None
+        try:
+            if self.temp is None:
+                with self.target.open("w", encoding="utf-8") as handle:
+                    handle.write(text)
+                return
+            with self.temp.open("w", encoding="utf-8") as handle:
+                handle.write(text)
+            mode = self.target.stat().st_mode & 0o7777 if self.target.exists() else None
+            if mode is None:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            os.chmod(self.temp, mode)
+            os.replace(self.temp, self.target)
+            self.temp = None
+        except OSError as exc:
+            raise OutputError(
+                visible(str(self.path)), f"cannot write the report: {exc.strerror or exc}"
+            ) from None
+
+    @classmethod
+    def check(cls, path: Path, option: str = "--output") -> None:
+        """Check ``path`` as :class:`Output` does, for a writer of its own (the manifest)."""
+        cls(path, option).discard()
+
+    def discard(self) -> None:
+        if self.temp is not None:
+            with contextlib.suppress(OSError):
+                self.temp.unlink()
+            self.temp = None
+
+
+def append_summary(path: Path, markdown: str) -> None:
+    """GitHub Actions' job summary: the markdown reports are appended, whatever the format, in
+    one write once every source is audited."""
+    try:
+        with path.open("a", encoding="utf-8") as file:
+            file.write(markdown)
+    except OSError as exc:
+        say(f"qarm: warning: cannot append to GITHUB_STEP_SUMMARY {path}: {exc}")
