@@ -373,3 +373,29 @@ def test_arbitrary_names_leave_every_format_with_its_structure(
     modules = {row["module"] for row in json.loads(rendered["json"])["modules"]}
     assert name in modules
     assert group in {s["name"] for s in json.loads(rendered["json"])["declaration"]["schemes"]}
+
+
+def test_diff_and_explain_escape_as_the_audit_does(tmp_path: Path, run: Any) -> None:
+    """The same name through qarm diff and qarm explain, in every format: the table of explain
+    exited 3 on the markup, ESC and line feeds went out raw."""
+    name = "model.layers.0.mlp.x[/bold]\x1b[31m\n::error::forged|`<!--"
+    documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")}
+    a = write_checkpoint(
+        tmp_path / "a", {"model.safetensors": {f"{name}.weight": ("F8_E4M3", (4, 4))}}, documents
+    )
+    b = write_checkpoint(
+        tmp_path / "b", {"model.safetensors": {f"{name}.weight": ("BF16", (4, 4))}}, documents
+    )
+    for fmt in ("table", "markdown", "json"):
+        for args, code in ((("diff", a, b), 1), (("explain", a, name), 0)):
+            result = run(*args, "-f", fmt)
+            assert result.exit_code == code, (args, fmt, result.stderr)
+            for text in (result.stdout, result.stderr):
+                assert "\x1b" not in text and _starts_a_command(text) == [], (args, fmt)
+            if fmt == "markdown":
+                tokens = MD.parse(result.stdout)
+                assert not [t for t in tokens if t.type.startswith("html")], args
+                assert [t.tag for t in tokens if t.type == "heading_open"].count("h3") == 1
+                assert visible(name) in shown_text(result.stdout)
+            if fmt == "json":
+                assert any(name in text for text in _strings(json.loads(result.stdout)))
