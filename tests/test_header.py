@@ -277,3 +277,23 @@ def test_reading_never_modifies_the_checkpoint(tmp_path: Path, run) -> None:
     assert run("audit", tmp_path).exit_code == 0
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
     assert before == after
+
+
+def test_a_negative_zero_offset_is_refused_as_the_safetensors_library_refuses_it(
+    tmp_path: Path, run
+) -> None:
+    import struct
+
+    header = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[-0,4]}}'
+    (tmp_path / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(header)) + header + b"\0" * 4
+    )
+    result = run("audit", tmp_path)
+    assert result.exit_code == 2
+    assert "-0" in result.stderr
+    # a string holding "-0" is no integer
+    header = b'{"__metadata__":{"k":"[-0]"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    (tmp_path / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(header)) + header + b"\0" * 4
+    )
+    assert run("audit", tmp_path).exit_code != 2

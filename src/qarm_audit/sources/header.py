@@ -206,6 +206,24 @@ def _surrogate_free(text: str, what: str, where: str) -> None:
         )
 
 
+_NEGATIVE_ZERO = re.compile(r"[\[,]\s*-0+(?![\d.eE])")
+"""What may be an integer ``-0`` in a list (shapes and data_offsets); checked by a parse."""
+
+
+def _refuse_negative_zero(text: str, file: str) -> None:
+    """json reads the integer -0 as 0; the safetensors library refuses it (no unsigned
+    integer), so a header holding one is refused too. A string holding "-0" is no integer."""
+
+    def integer(literal: str) -> int:
+        if literal.startswith("-") and not literal.strip("-0"):
+            raise HeaderError(
+                file, "a shape or data offset is -0, which the safetensors library refuses"
+            )
+        return int(literal)
+
+    json.loads(text, parse_int=integer)
+
+
 def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> ShardHeader:
     """Parse the header bytes of ``file`` (without the prefix) and validate every entry."""
     try:
@@ -217,6 +235,8 @@ def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> Sha
     document = loads_strict(text, file)
     if not isinstance(document, dict):
         raise HeaderError(file, "header is not a JSON object")
+    if "-0" in text and _NEGATIVE_ZERO.search(text):  # rare: only then read every integer
+        _refuse_negative_zero(text, file)
     metadata = document.pop("__metadata__", None)
     if metadata is not None and not (
         isinstance(metadata, dict)
