@@ -98,6 +98,7 @@ def render_explain_markdown(explanation: Explanation) -> str:
         )
         shards = f" (shards: {md_text(', '.join(m.fused_shards))})" if m.fused_shards else ""
         out.append(f"- kind: {md_text(m.kind)}{engine}{shards}")
+        out.append(f"- engine layer: {md_text(_layer(m))}")
         out.append(f"- scheme: {md_text(m.scheme or 'none: ' + m.bucket)}")
         out.append(f"- shipped: {md_text(m.shipped)} ({md_text(m.shipped_detail)})")
         out += ["", "| outcome | rule | tried | detail |", "|---|---|---|---|"]
@@ -154,6 +155,7 @@ def _renderable(explanation: Explanation) -> RenderableType:
                 f"shipped {m.shipped} ({m.shipped_detail})"
             )
         )
+        parts.append(term_line(f"  engine layer: {_layer(m)}"))
         rules = Table(title="Rules tried", title_justify="left")
         for column in ("outcome", "rule", "tried", "detail"):
             rules.add_column(column, overflow="fold")
@@ -186,3 +188,12 @@ def _renderable(explanation: Explanation) -> RenderableType:
             for r in m.findings
         )
     return Group(*parts)
+
+
+def _layer(m: ModuleExplanation) -> str:
+    """``fused QKVParallelLinear, with the quant config (vllm 0.33.0)``."""
+    kind = m.layer_kind or m.kind
+    cls = f" {m.layer_class}" if m.layer_class else ""
+    config = "with the quant config" if m.quant_config else "built without a quant config"
+    tree = f" ({m.layer_tree})" if m.layer_tree else ""
+    return f"{kind}{cls}, {config}{tree}"
