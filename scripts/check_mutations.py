@@ -165,8 +165,8 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "        if numel * bits >= BITS_LIMIT or numel * bits % 8:",
      "        if numel * bits % 8:"),
     ("dangling-symlink-is-not-absent", "sources/local.py",
-     "    if path.is_symlink():\n        raise FetchError(",
-     "    if False:\n        raise FetchError("),
+     "        if path.is_symlink():\n            raise FetchError(",
+     "        if False:\n            raise FetchError("),
     # (disabling the watchdog outright would make the slow-pattern tests hang, not fail)
     ("regex-watchdog-names-its-error", "resolve/matchers.py",
      "            raise PatternError(\n                where,\n                f\"re: patterns",
