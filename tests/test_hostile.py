@@ -1033,10 +1033,10 @@ def _qarm(*args: str | Path, **kwargs: Any) -> Any:
 def test_a_closed_stdout_ends_quietly_with_the_exit_code_the_audit_earned(
     tmp_path: Path, fmt: str, earned: int
 ) -> None:
-    """`qarm audit ... | true`: the table exited 3 (a BrokenPipeError between two sources; 1
-    from rich's own handler for one source) whatever the audit found, JSON and markdown exited
-    3 with a BrokenPipeError. Now every source is still audited, nothing more is written, and
-    the exit code is the audit's."""
+    """`qarm audit ... | true`: the table exited 1 whatever the audit found (rich's own
+    handler; 3 when the pipe closed between two sources), JSON and markdown exited 3 with a
+    BrokenPipeError. Now every source is still audited, nothing more is written, and the exit
+    code is the audit's."""
     clean = clean_folder(tmp_path)
     sources = [clean] * 80
     if earned:
