@@ -296,3 +296,10 @@ def test_regex_literal_prefix_is_conservative(pattern: str, prefix: str) -> None
     from qarm_audit.resolve.matchers import regex_prefix
 
     assert regex_prefix(pattern) == prefix
+
+
+def test_excludes_nested_hundreds_deep_are_still_resolved() -> None:
+    # a, aa, aaa, ...: the factored substring regex outgrows re's compiler; the loop answers
+    excludes = ["a" * i for i in range(1, 800)]
+    r = resolved(modelopt(excludes=excludes), entries(*MLP))
+    assert how(r, MLP[0])[:2] == ("excluded", "substring")  # "a" is inside "layers"

@@ -317,11 +317,21 @@ class SubstringSet:
 
     def __init__(self, entries: Sequence[str]) -> None:
         self.entries = [e for e in entries if e]
-        self._any = re.compile(trie_regex(sorted(set(self.entries)))) if self.entries else None
+        self._any: re.Pattern[str] | None = None
+        self._prefilter = bool(self.entries)
+        if self.entries:
+            try:
+                self._any = re.compile(trie_regex(sorted(set(self.entries))))
+            except (RecursionError, OverflowError, re.error):
+                # entries nested hundreds deep (a, aa, aaa, ...) outgrow re's compiler: the
+                # same answer comes from the plain loop below, without the prefilter
+                self._prefilter = False
 
     def first(self, name: str) -> str | None:
         """The first entry (other than the name itself) found inside ``name``."""
-        if self._any is None or not self._any.search(name):
+        if not self.entries:
+            return None
+        if self._prefilter and (self._any is None or not self._any.search(name)):
             return None
         for entry in self.entries:
             if entry != name and entry in name:

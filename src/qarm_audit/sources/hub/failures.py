@@ -113,7 +113,8 @@ def translate(
         return HubError(where, scrub(f"{what}: {type(exc).__name__}: {exc}"))
     if isinstance(exc, OSError):
         return HubError(where, scrub(f"{what}: {exc.strerror or exc}"))
-    raise exc
+    # anything else the client raised (a ValueError quoting a header): named, and scrubbed
+    return HubError(where, scrub(f"{what}: {type(exc).__name__}: {exc}"))
 
 
 def scrub(text: str) -> str:
