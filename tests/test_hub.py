@@ -468,7 +468,13 @@ def test_rate_limit_wait_is_read_as_huggingface_hub_reads_it() -> None:
     assert (rate_limited(both).retry_after, rate_limited(both).asked_by) == (55.0, "RateLimit")
     left = {"RateLimit": '"api";r=3;t=55', "Retry-After": "7"}
     assert rate_limited(left).retry_after == 7.0
-    assert rate_limited({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after is None
+    # an HTTP date is the seconds until then (0 when past); a non-ASCII digit asks for nothing
+    assert rate_limited({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after == 0.0
+    assert rate_limited({"Retry-After": "\u00b2"}).retry_after is None
+    from qarm_audit.sources.hub.retry import retry_after
+
+    assert retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412480.0) == 30.0
+    assert retry_after("soon") is None
 
 
 def test_gated_repo_names_hf_token_and_works_with_it(

@@ -28,6 +28,8 @@ backoff one try fewer for the next request.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -109,8 +111,23 @@ def rate_limited(headers: Mapping[str, str]) -> Again:
     limit = parse_ratelimit_headers(headers)
     if limit is not None and limit.remaining == 0:
         return Again("rate limited (HTTP 429)", float(limit.reset_in_seconds), "RateLimit")
-    value = headers.get("Retry-After", "").strip()
-    return Again("rate limited (HTTP 429)", float(value) if value.isdigit() else None)
+    return Again("rate limited (HTTP 429)", retry_after(headers.get("Retry-After", "")))
+
+
+def retry_after(value: str, now: float | None = None) -> float | None:
+    """``Retry-After`` as RFC 9110 writes it: ASCII digits (seconds), or an HTTP date (the
+    seconds until then, 0 when past); anything else (``²``, words) asks for nothing."""
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds)
 
 
 def cut_short(exc: Exception) -> Again:
