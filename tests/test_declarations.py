@@ -274,3 +274,19 @@ def test_compressed_tensors_keeps_minus_one_for_per_channel() -> None:
         "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
     }
     assert read_declaration({"config.json": json.dumps({"quantization_config": block})}).schemes
+
+
+def test_a_group_size_only_the_file_states_is_used_and_a_dispute_still_reported() -> None:
+    inline = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}
+    quiet = {"quantization": {"quant_algo": "NVFP4", "group_size": 32}}
+    declaration = read_declaration(
+        {"config.json": json.dumps(inline), "hf_quant_config.json": json.dumps(quiet)}
+    )
+    assert declaration.schemes["NVFP4"].group_size == 32
+    assert "declaration-disagreement" not in [f.code for f in declaration.findings]
+    inline["quantization_config"]["group_size"] = 16
+    declaration = read_declaration(
+        {"config.json": json.dumps(inline), "hf_quant_config.json": json.dumps(quiet)}
+    )
+    assert declaration.schemes["NVFP4"].group_size == 16  # config.json wins, as in the engines
+    assert "declaration-disagreement" in [f.code for f in declaration.findings]

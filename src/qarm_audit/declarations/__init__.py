@@ -205,7 +205,11 @@ def _modelopt(candidate: _Candidate) -> tuple[mo.Normalized, BaseModel]:
     return mo.normalize_inline(parsed), parsed
 
 
-def _modelopt_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+def _modelopt_declaration(
+    candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
+) -> Declaration:
+    """``group_size`` is the other file's, for a winner that states none (ModelOpt's export
+    writes it in hf_quant_config.json only); a disagreement is still reported."""
     norm, model = _modelopt(candidate)
     notes: list[Finding] = []
     extras = _extras(model)
@@ -256,7 +260,7 @@ def _modelopt_declaration(candidate: _Candidate, considered: tuple[str, ...]) ->
                     )
             layers[module] = entry.quant_algo
     else:
-        default = modelopt_scheme(algo, norm.group_size)
+        default = modelopt_scheme(algo, norm.group_size or group_size)
         schemes[algo] = default
     rules = ModelOptRules(
         algo=algo, default_scheme=default, layers=layers, excludes=tuple(norm.excludes)
@@ -345,10 +349,12 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
     )
 
 
-def _declaration_of(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+def _declaration_of(
+    candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
+) -> Declaration:
     method = _method(candidate)
     if method == "modelopt":
-        return _modelopt_declaration(candidate, considered)
+        return _modelopt_declaration(candidate, considered, group_size)
     if method == "compressed-tensors":
         return _ct_declaration(candidate, considered)
     return Declaration(
@@ -359,6 +365,22 @@ def _declaration_of(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         reason=f"quant_method {method!r}: qarm reads modelopt and "
         "compressed-tensors declarations only",
     )
+
+
+def _group_size_elsewhere(winner: _Candidate, candidates: list[_Candidate]) -> int | None:
+    """The group size another ModelOpt declaration states, where the winner states none."""
+    if _method(winner) != "modelopt":
+        return None
+    for other in candidates:
+        if other is winner or _method(other) != "modelopt":
+            continue
+        try:
+            size = _modelopt(other)[0].group_size
+        except DeclarationError:
+            continue  # reported as that file's own finding
+        if size is not None:
+            return size
+    return None
 
 
 def read_declaration(documents: dict[str, str]) -> Declaration:
@@ -382,7 +404,7 @@ def read_declaration(documents: dict[str, str]) -> Declaration:
         and not winner.block.get("quantized_layers")
     ):
         winner = file_candidates[0]
-    declaration = _declaration_of(winner, considered)
+    declaration = _declaration_of(winner, considered, _group_size_elsewhere(winner, candidates))
     extra = [*declaration.findings]
     for other in candidates:
         if other is winner:
