@@ -9,7 +9,7 @@ from ..declarations import Declaration, Scheme
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from ..modules.operands import KV_OPERANDS, QUANT_OPERANDS, OperandKind, classify_operand
-from ..resolve.resolver import Membership
+from ..resolve.resolver import INHERITED, Membership
 from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
 from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
@@ -25,9 +25,6 @@ class Operand:
     """``[]`` scalar (one element), ``out,in``, ``out,in/2``, ``out,in/g``, ``out``, ``any``."""
     required: bool = True
 
-
-INHERITED = frozenset({"prefix", "experts-parent"})
-"""Memberships a module inherits from listed children rather than being named itself."""
 
 F32 = frozenset({"F32"})
 FLOAT = frozenset({"F32", "BF16", "F16"})

@@ -29,6 +29,7 @@ from ..report.explain_model import (
 from ..report.model import ArmRow
 from ..resolve.resolver import (
     EXCLUDED,
+    INHERITED,
     UNLISTED,
     Membership,
     _CompressedTensors,
@@ -134,7 +135,7 @@ def trace(
         log.hit("no rule matched", name, decision, "unlisted: unquantized")
     override = (
         layer_override(info)
-        if decision.declared_quantized and decision.how not in ("prefix", "experts-parent")
+        if decision.declared_quantized and decision.how not in INHERITED
         else None
     )
     if override is not None and log.decision is not None:

@@ -110,10 +110,6 @@ class _CompressedTensorsProducer:
         return None
 
 
-def _quantized(membership: Membership) -> bool:
-    return membership.bucket not in (EXCLUDED, UNLISTED)
-
-
 def disagreements(
     producer: Mapping[str, Membership],
     engine: Mapping[str, Membership],
@@ -126,8 +122,8 @@ def disagreements(
     by_layer: dict[str, list[str]] = {}
     for name, info in modules.items():
         mine, theirs = producer[name], engine[name]
-        if _quantized(mine) == _quantized(theirs) and (
-            not _quantized(mine) or mine.bucket == theirs.bucket
+        if mine.declared_quantized == theirs.declared_quantized and (
+            not mine.declared_quantized or mine.bucket == theirs.bucket
         ):
             continue
         by_layer.setdefault(info.engine_name, []).append(name)
