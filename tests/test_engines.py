@@ -724,6 +724,50 @@ def test_fused_shards_partly_excluded_quote_the_engine(tmp_path: Path) -> None:
     assert "raises at load" not in probe
 
 
+def _bucket(report: Report, module: str) -> str:
+    return next(m["bucket"] for m in report.modules if m["module"] == module)
+
+
+def test_a_mixed_fused_layer_takes_its_listed_shards_algorithm_for_an_unlisted_shard(
+    tmp_path: Path,
+) -> None:
+    """vLLM looks the fused qkv_proj up once: one algorithm among its listed shards decides
+    for all (modelopt.py _resolve_quant_algo, strategy 2). An unlisted shard that ships that
+    algorithm's tensors loads; one that ships BF16 does not fit the quantized parameters."""
+    layers = layers_map()
+    unlisted = "model.layers.1.self_attn.v_proj"
+    del layers[unlisted]
+    t = llama(spell=spell_mixed)
+    report = audit(str(mixed(tmp_path, t, layers, "ships-fp8")))
+    assert [r.code for r in report.refusals] == []
+    assert _bucket(report, unlisted) == "FP8"
+    for k in [k for k in t if k.startswith(unlisted + ".")]:
+        del t[k]
+    t.update(plain(unlisted, H, H))
+    report = audit(str(mixed(tmp_path, t, layers, "ships-bf16")))
+    assert [(r.code, r.module) for r in report.refusals] == [
+        ("quantized-ships-unquantized", unlisted)
+    ]
+
+
+def test_a_mixed_experts_layer_is_looked_up_once(tmp_path: Path) -> None:
+    """An expert missing from quantized_layers takes the layer's algorithm: vLLM looks the
+    experts layer up by the first key under it (strategy 3); no expert-by-expert answer."""
+    experts = [
+        f"model.layers.0.mlp.experts.{e}.{p}" for e in range(3) for p in ("up_proj", "down_proj")
+    ]
+    shared = "model.layers.0.mlp.shared_expert.down_proj"
+    t = {k: v for e in experts for k, v in nvfp4_static(e, H, H).items()}
+    t.update(fp8_modelopt(shared))
+    # listed first: the experts' parent holds an FP8 key, which an expert-by-expert lookup
+    # (the parent fallback) would give the unlisted expert
+    layers = {shared: {"quant_algo": "FP8"}}
+    layers.update({e: {"quant_algo": "NVFP4", "group_size": 16} for e in experts if ".2." not in e})
+    report = audit(str(mixed(tmp_path, t, layers)))
+    assert [f.code for f in report.refusals] == []
+    assert {_bucket(report, e) for e in experts} == {"NVFP4"}
+
+
 def test_fused_shards_declared_differently_quote_the_engine(tmp_path: Path) -> None:
     layers = layers_map()
     layers["model.layers.1.self_attn.k_proj"] = {"quant_algo": "W4A16_NVFP4", "group_size": 16}

@@ -334,6 +334,20 @@ def _trace_modelopt(
             log.miss("quantized_layers: experts-parent", parent + ".", "no listed child")
     else:
         log.na("quantized_layers: experts-parent", "not a routed-experts module")
+    if len(members) < 2 or (log.decision is not None and log.decision.bucket == EXCLUDED):
+        return
+    # vLLM looks a fused or experts layer up once, by its own name (resolver._mixed_layer)
+    decided = _ModelOpt(rules, {m.name: m for m in members}, split_star).run().memberships
+    once = decided[info.name]
+    if once.how in ("fused", "experts", "experts-parent") and once != log.decision:
+        what = "experts layer" if engine.endswith(".experts") else "fused layer"
+        log.overrule(
+            f"quantized_layers: {what}",
+            engine,
+            once,
+            f"vLLM looks the {what} up once for all {len(members)} of its modules: "
+            f"{once.bucket} (entry {_q(once.rule)})",
+        )
 
 
 def _trace_compressed_tensors(

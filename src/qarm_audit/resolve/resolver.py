@@ -220,9 +220,18 @@ class _ModelOpt:
 
     def _resolve_group(self, engine_name: str, members: list[ModuleInfo]) -> None:
         excluded = self._excluded(engine_name, members)
+        once = None
+        if excluded is None and self.layers is not None and len(members) > 1:
+            once = self._mixed_layer(engine_name, members)
         for info in members:
             if excluded is not None:
                 self.out.memberships[info.name] = excluded
+            elif once is not None:
+                # a module listed by its own name, for the layer's algorithm, keeps that
+                # provenance
+                own = self._mixed(info, engine_name)
+                agrees = own.how == "exact" and own.bucket == once.bucket
+                self.out.memberships[info.name] = _engine(own if agrees else once, info)
             elif self.layers is None:
                 self.out.memberships[info.name] = _engine(self._single(info), info)
             else:
@@ -283,6 +292,43 @@ class _ModelOpt:
         if info.kind == "linear" and self.rules.default_scheme is not None:
             return Membership(self.rules.default_scheme.name, "class", "Linear")
         return _UNLISTED
+
+    def _mixed_layer(self, engine_name: str, members: list[ModuleInfo]) -> Membership | None:
+        """vLLM's one MIXED_PRECISION lookup for a layer it builds from several checkpoint
+        modules (a fused linear, an experts layer), by the layer's own name: the name itself,
+        then the modules listed by their own names (one algorithm among them decides for all,
+        unlisted ones included), then the first key under the layer's name or, for experts, its
+        parent's. None: decide module by module, which names a disagreement (two algorithms
+        listed: vLLM raises for a fused layer and misloads an experts layer)."""
+        layers = self.layers
+        assert layers is not None
+        how = "experts" if engine_name.endswith(".experts") else "fused"
+        for candidate in _language_model_aliases(engine_name):
+            if candidate in layers:
+                return Membership(layers[candidate], how, candidate)
+        listed = [
+            key
+            for key in (
+                next((k for k in _language_model_aliases(m.name) if k in layers), None)
+                for m in members
+            )
+            if key is not None
+        ]
+        algos = {layers[key] for key in listed}
+        if len(algos) > 1:
+            return None
+        if algos:
+            return Membership(algos.pop(), how, listed[0])
+        if how == "experts":
+            for candidate in _language_model_aliases(engine_name):
+                key = self._first_child(candidate)
+                if key is not None:
+                    return Membership(layers[key], "experts", key)
+            # vLLM's last resort for an experts layer: the first key under its parent
+            key = self._first_child(engine_name[: -len(".experts")])
+            if key is not None:
+                return Membership(layers[key], "experts-parent", key)
+        return None
 
     def _mixed(self, info: ModuleInfo, engine_name: str) -> Membership:
         layers = self.layers
