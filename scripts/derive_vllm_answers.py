@@ -1,0 +1,960 @@
+"""Record vLLM's own answers, per engine layer, for a set of declarations on vLLM's layer trees.
+
+Reads the pinned vLLM release's source from its wheel at run time (``ast``, never imported, no
+torch), takes out exactly the pure decision functions the quantization configs call, compiles
+them in a namespace holding only what they use (``regex`` as vLLM imports it, ``fnmatch``,
+``MappingProxyType``, ``dataclasses``) and feeds them layer prefixes as vLLM names them, each
+with a stand-in object whose class name is the vLLM class. No vLLM code is written anywhere: the
+output is the answers, with the release, the commit the wheel records and a citation per
+function. tests/test_vllm_answers.py compares qarm's engine view with them.
+
+    pip download --no-deps vllm==0.33.0 -d /tmp/rel
+    python scripts/derive_vllm_answers.py --wheel /tmp/rel/vllm-0.33.0-*.whl          # write
+    python scripts/derive_vllm_answers.py --wheel /tmp/rel/vllm-0.33.0-*.whl --check  # compare
+
+The trees: layer names, classes and whether a layer is built with the quant config come from
+``src/qarm_audit/layers/facts/vllm-0.33.0.json`` (derived from the same release by
+``scripts/derive_engine_layers.py``); which layers each architecture builds follows its model
+file, cited per tree. The dispatch on the layer's class (which config method a layer reaches)
+follows each config's ``get_quant_method``, cited beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+import sys
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FACTS = ROOT / "src" / "qarm_audit" / "layers" / "facts" / "vllm-0.33.0.json"
+REALWORLD = ROOT / "tests" / "data" / "realworld"
+OUT = ROOT / "tests" / "data" / "vllm-0.33.0-answers.json"
+RELEASE = "0.33.0"
+FORMAT = "qarm-vllm-answers/1"
+
+Q = "vllm/model_executor/layers/quantization/"
+CT_UTILS = Q + "compressed_tensors/utils.py"
+CT_CONFIG = Q + "compressed_tensors/compressed_tensors.py"
+CT_MOE = Q + "compressed_tensors/compressed_tensors_moe/compressed_tensors_moe.py"
+CONFIG_UTILS = Q + "utils/config_utils.py"
+QUANT_UTILS = Q + "utils/quant_utils.py"
+MODELOPT = Q + "modelopt.py"
+MODEL_UTILS = "vllm/model_executor/models/utils.py"
+LOADER = "vllm/model_executor/model_loader/utils.py"
+
+# (file, qualified name): the functions compiled and run, exactly as the release has them.
+FUNCTIONS: list[tuple[str, str]] = [
+    (CONFIG_UTILS, "is_equal_or_regex_match"),
+    (CONFIG_UTILS, "find_matching_patterns"),
+    (CT_UTILS, "should_ignore_layer"),
+    (CT_UTILS, "find_matched_target"),
+    (CT_UTILS, "_find_first_match"),
+    (CT_UTILS, "_match_fused_layer"),
+    (CT_CONFIG, "CompressedTensorsConfig.get_scheme_dict"),
+    (CT_CONFIG, "CompressedTensorsConfig._add_fused_moe_to_target_scheme_map"),
+    (CT_CONFIG, "CompressedTensorsConfig.apply_vllm_mapper"),
+    (CT_CONFIG, "CompressedTensorsConfig._is_wNa16_group_channel"),
+    (QUANT_UTILS, "is_layer_skipped"),
+    (MODELOPT, "ModelOptQuantConfigBase.is_layer_excluded"),
+    (MODELOPT, "ModelOptQuantConfigBase.apply_vllm_mapper"),
+    (MODELOPT, "ModelOptMixedPrecisionConfig._resolve_quant_algo"),
+    (MODELOPT, "ModelOptMixedPrecisionConfig._quantized_layer_prefix_candidates"),
+    (MODELOPT, "ModelOptMixedPrecisionConfig.apply_vllm_mapper"),
+    (MODEL_UTILS, "WeightsMapper"),
+]
+CONSTANTS: list[tuple[str, str]] = [(MODELOPT, "LINEAR_ALGOS"), (MODELOPT, "_BLOCK_FP8_MOE_ALGOS")]
+# Where the driver below follows the release (not compiled: they import torch-bound classes).
+FOLLOWED: list[tuple[str, str]] = [
+    (CT_CONFIG, "CompressedTensorsConfig.get_quant_method"),
+    (CT_CONFIG, "CompressedTensorsConfig.from_config"),
+    (CT_MOE, "CompressedTensorsMoEMethod.get_moe_method"),
+    (MODELOPT, "ModelOptQuantConfigBase.get_quant_method"),
+    (MODELOPT, "ModelOptQuantConfigBase.from_config"),
+    (MODELOPT, "ModelOptMixedPrecisionConfig.get_quant_method"),
+    (LOADER, "configure_quant_config"),
+]
+
+
+class _Wheel:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.zip = zipfile.ZipFile(path)
+        self.trees: dict[str, ast.Module] = {}
+
+    def source(self, name: str) -> str:
+        return self.zip.read(name).decode("utf-8")
+
+    def tree(self, name: str) -> ast.Module:
+        if name not in self.trees:
+            self.trees[name] = ast.parse(self.source(name), name)
+        return self.trees[name]
+
+    def find(self, name: str, qualname: str) -> ast.stmt:
+        body: list[ast.stmt] = self.tree(name).body
+        node: ast.stmt | None = None
+        for part in qualname.split("."):
+            node = next(
+                (
+                    n
+                    for n in body
+                    if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == part
+                ),
+                None,
+            )
+            if node is None:
+                raise SystemExit(f"{qualname} not found in {name}: the release changed")
+            body = node.body if isinstance(node, ast.ClassDef) else []
+        assert node is not None
+        return node
+
+    def constant(self, name: str, target: str) -> Any:
+        for node in self.tree(name).body:
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                names = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == target for t in names):
+                    assert node.value is not None
+                    return ast.literal_eval(node.value), node.lineno
+        raise SystemExit(f"{target} not found in {name}")
+
+    def commit(self) -> str:
+        """The commit ``vllm/_version.py`` records (``__commit_id__ = commit_id = 'g...'``)."""
+        for node in ast.parse(self.source("vllm/_version.py")).body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and any(isinstance(t, ast.Name) and t.id == "__commit_id__" for t in node.targets)
+            ):
+                return str(node.value.value).removeprefix("g")
+        raise SystemExit("vllm/_version.py records no commit")
+
+
+class _Super(ast.NodeTransformer):
+    """``super().f(...)`` -> ``_base_f(self, ...)``: the base class's own function, compiled
+    beside it (an unbound function has no class cell for ``super``)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if (
+            isinstance(f, ast.Attribute)
+            and isinstance(f.value, ast.Call)
+            and isinstance(f.value.func, ast.Name)
+            and f.value.func.id == "super"
+        ):
+            return ast.Call(
+                ast.Name(f"_base_{f.attr}", ast.Load()),
+                [ast.Name("self", ast.Load()), *node.args],
+                node.keywords,
+            )
+        return node
+
+
+class _Logger:
+    def warning_once(self, *args: object) -> None:
+        pass
+
+    debug = warning = info = warning_once
+
+
+def _namespace() -> dict[str, Any]:
+    import regex  # vLLM's config_utils and models/utils: ``import regex as re``
+
+    # a module of its own, so that ``dataclass`` finds the class's namespace
+    module = types.ModuleType("vllm_decisions")
+    sys.modules[module.__name__] = module
+    ns: dict[str, Any] = module.__dict__
+    ns.update(
+        {
+            "re": regex,
+            "fnmatch": fnmatch.fnmatch,
+            "MappingProxyType": types.MappingProxyType,
+            "dataclass": dataclasses.dataclass,
+            "field": dataclasses.field,
+            "replace": dataclasses.replace,
+            "logger": _Logger(),
+            # compressed-tensors' enum, as far as _is_wNa16_group_channel reads it
+            "QuantizationStrategy": types.SimpleNamespace(
+                CHANNEL=types.SimpleNamespace(value="channel"),
+                GROUP=types.SimpleNamespace(value="group"),
+            ),
+        }
+    )
+    return ns
+
+
+def load_functions(wheel: _Wheel) -> tuple[dict[str, Any], dict[str, str]]:
+    """The release's functions, compiled from its source, and where each one is."""
+    ns = _namespace()
+    commit = wheel.commit()
+    cites: dict[str, str] = {}
+    import __future__
+
+    flags = __future__.annotations.compiler_flag
+    for name, qualname in FUNCTIONS:
+        node = wheel.find(name, qualname)
+        cites[qualname] = f"vllm-project/vllm {name}@{commit} line {node.lineno}"
+        if isinstance(node, ast.FunctionDef):
+            node.decorator_list = [
+                d
+                for d in node.decorator_list
+                if not (isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod"))
+            ]
+            node = _Super().visit(node)
+        module = ast.Module([node], [])
+        ast.fix_missing_locations(module)
+        short = qualname.rsplit(".", 1)[-1]
+        saved = ns.pop(short, None)
+        code = compile(module, f"{name}:{qualname}", "exec", flags=flags, dont_inherit=True)
+        exec(code, ns)
+        obj = ns.pop(short)
+        if saved is not None:
+            ns[short] = saved
+        key = qualname.replace(".", "__")
+        ns[key] = obj
+        ns.setdefault(short, obj)
+    ns["_base_apply_vllm_mapper"] = ns["ModelOptQuantConfigBase__apply_vllm_mapper"]
+    for name, target in CONSTANTS:
+        value, line = wheel.constant(name, target)
+        ns[target] = value
+        cites[target] = f"vllm-project/vllm {name}@{commit} line {line}"
+    for name, qualname in FOLLOWED:
+        node = wheel.find(name, qualname)
+        cites[qualname] = f"vllm-project/vllm {name}@{commit} line {node.lineno} (followed)"
+    return ns, cites
+
+
+# --- the trees -------------------------------------------------------------------------------
+# Each layer: (vLLM prefix, checkpoint modules it holds, kind). The class and whether the layer
+# is built with the quant config are looked up in the layer facts; kinds give the tensor shapes
+# the test writes (norm: 1-D, conv: 4-D, else 2-D).
+
+
+def _attn_llama(p: str) -> list[tuple[str, list[str], str]]:
+    a = f"{p}.self_attn"
+    return [
+        (f"{a}.qkv_proj", [f"{a}.q_proj", f"{a}.k_proj", f"{a}.v_proj"], "linear"),
+        (f"{a}.o_proj", [f"{a}.o_proj"], "linear"),
+    ]
+
+
+def _mlp(p: str) -> list[tuple[str, list[str], str]]:
+    return [
+        (f"{p}.gate_up_proj", [f"{p}.gate_proj", f"{p}.up_proj"], "linear"),
+        (f"{p}.down_proj", [f"{p}.down_proj"], "linear"),
+    ]
+
+
+def _norms(p: str, *leaves: str) -> list[tuple[str, list[str], str]]:
+    return [(f"{p}.{leaf}", [f"{p}.{leaf}"], "norm") for leaf in leaves]
+
+
+def _experts(p: str, projs: tuple[str, str, str], n: int = 3) -> list[tuple[str, list[str], str]]:
+    return [(f"{p}.experts", [f"{p}.experts.{e}.{x}" for e in range(n) for x in projs], "linear")]
+
+
+def _ends(root: str, lm_head: str = "lm_head") -> list[tuple[str, list[str], str]]:
+    return [
+        (f"{root}.embed_tokens", [f"{root}.embed_tokens"], "embedding"),
+        (f"{root}.norm", [f"{root}.norm"], "norm"),
+        (lm_head, [lm_head], "linear"),
+    ]
+
+
+def _llama(root: str = "model", lm_head: str = "lm_head", qk_norm: bool = False) -> list[Any]:
+    out = []
+    for i in (0, 1):
+        p = f"{root}.layers.{i}"
+        out += (
+            _attn_llama(p)
+            + _mlp(f"{p}.mlp")
+            + _norms(p, "input_layernorm", "post_attention_layernorm")
+        )
+        if qk_norm:
+            out += _norms(f"{p}.self_attn", "q_norm", "k_norm")
+    return out + _ends(root, lm_head)
+
+
+def _qwen3_moe() -> list[Any]:
+    out = []
+    for i in (0, 1):
+        p = f"model.layers.{i}"
+        out += _attn_llama(p) + _norms(f"{p}.self_attn", "q_norm", "k_norm")
+        out += [(f"{p}.mlp.gate", [f"{p}.mlp.gate"], "linear")]
+        out += _experts(f"{p}.mlp", ("gate_proj", "up_proj", "down_proj"))
+        out += _norms(p, "input_layernorm", "post_attention_layernorm")
+    return out + _ends("model")
+
+
+def _deepseek_attn(p: str) -> list[Any]:
+    a = f"{p}.self_attn"
+    return [
+        (f"{a}.fused_qkv_a_proj", [f"{a}.q_a_proj", f"{a}.kv_a_proj_with_mqa"], "linear"),
+        (f"{a}.q_b_proj", [f"{a}.q_b_proj"], "linear"),
+        (f"{a}.kv_b_proj", [f"{a}.kv_b_proj"], "linear"),
+        (f"{a}.o_proj", [f"{a}.o_proj"], "linear"),
+        *_norms(a, "q_a_layernorm", "kv_a_layernorm"),
+    ]
+
+
+def _deepseek() -> list[Any]:
+    out = _deepseek_attn("model.layers.0") + _mlp("model.layers.0.mlp")
+    out += _norms("model.layers.0", "input_layernorm", "post_attention_layernorm")
+    p = "model.layers.3"
+    out += [*_deepseek_attn(p), (f"{p}.mlp.gate", [f"{p}.mlp.gate"], "linear")]
+    out += _experts(f"{p}.mlp", ("gate_proj", "up_proj", "down_proj"))
+    out += _mlp(f"{p}.mlp.shared_experts")
+    out += _norms(p, "input_layernorm", "post_attention_layernorm")
+    return out + _ends("model")
+
+
+def _mixtral() -> list[Any]:
+    out = []
+    for i in (0, 1):
+        p = f"model.layers.{i}"
+        gate = f"{p}.block_sparse_moe.gate"
+        out += [*_attn_llama(p), (gate, [gate], "linear")]
+        out += _experts(f"{p}.block_sparse_moe", ("w1", "w3", "w2"))
+        out += _norms(p, "input_layernorm", "post_attention_layernorm")
+    return out + _ends("model")
+
+
+def _llava() -> list[Any]:
+    v = "vision_tower.vision_model"
+    out: list[Any] = [
+        (f"{v}.embeddings.patch_embedding", [f"{v}.embeddings.patch_embedding"], "conv"),
+        (f"{v}.embeddings.position_embedding", [f"{v}.embeddings.position_embedding"], "embedding"),
+        (f"{v}.pre_layrnorm", [f"{v}.pre_layrnorm"], "norm"),
+    ]
+    for i in (0,):
+        p = f"{v}.encoder.layers.{i}"
+        a = f"{p}.self_attn"
+        out += [
+            (f"{a}.qkv_proj", [f"{a}.q_proj", f"{a}.k_proj", f"{a}.v_proj"], "linear"),
+            (f"{a}.out_proj", [f"{a}.out_proj"], "linear"),
+            (f"{p}.mlp.fc1", [f"{p}.mlp.fc1"], "linear"),
+            (f"{p}.mlp.fc2", [f"{p}.mlp.fc2"], "linear"),
+            *_norms(p, "layer_norm1", "layer_norm2"),
+        ]
+    out += [
+        (f"{v}.post_layernorm", [f"{v}.post_layernorm"], "norm"),
+        ("multi_modal_projector.linear_1", ["multi_modal_projector.linear_1"], "linear"),
+        ("multi_modal_projector.linear_2", ["multi_modal_projector.linear_2"], "linear"),
+    ]
+    return out + _llama("language_model.model", "language_model.lm_head")
+
+
+# name -> (architecture, config values, the layer facts' architecture for the nested language
+# model, layers, model file cited)
+TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
+    "llama": ("LlamaForCausalLM", {"model_type": "llama"}, "", _llama()),
+    "qwen3": ("Qwen3ForCausalLM", {"model_type": "qwen3"}, "", _llama(qk_norm=True)),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", {"model_type": "qwen3_moe"}, "", _qwen3_moe()),
+    "deepseek_v3": (
+        "DeepseekV3ForCausalLM",
+        {"model_type": "deepseek_v3", "q_lora_rank": 8, "first_k_dense_replace": 3},
+        "",
+        _deepseek(),
+    ),
+    "mixtral": ("MixtralForCausalLM", {"model_type": "mixtral"}, "", _mixtral()),
+    "llava": (
+        "LlavaForConditionalGeneration",
+        {"model_type": "llava"},
+        "LlamaForCausalLM",
+        _llava(),
+    ),
+}
+
+
+def _leaf_fact(facts: dict[str, Any], arch: str, nested: str, prefix: str) -> dict[str, Any]:
+    """The facts' variant of a layer at this prefix (indices as ``*``), in the architecture
+    or, for a nested language model (``language_model.``), in its own architecture."""
+    import re as stdre
+
+    shape = stdre.sub(r"\.\d+(?=\.|$)", ".*", prefix)
+    leaf = prefix.rsplit(".", 1)[-1]
+    tried = [(arch, shape)]
+    if nested and prefix.startswith("language_model."):
+        tried.insert(0, (nested, shape.removeprefix("language_model.")))
+    for name, path in tried:
+        variants = facts["architectures"][name]["layers"].get(leaf, [])
+        placed = [v for v in variants if any(fnmatch.fnmatchcase(path, p) for p in v["paths"] if p)]
+        pick = placed or [v for v in variants if v["paths"] == [""]] or variants
+        if pick:
+            # the variant built in the common configuration: a quant config passed wins
+            return next((v for v in pick if v["quant_config"] != "none"), pick[0])
+    raise SystemExit(f"no layer fact for {prefix} in {arch}")
+
+
+def _packed(facts: dict[str, Any], arch: str, config: dict[str, Any]) -> dict[str, list[str]]:
+    item = facts["architectures"][arch]
+    packed = {k: list(v) for k, v in item["packed_modules_mapping"].items()}
+    for p in item.get("packed_when", []):
+        tests = p.get("tests", [])
+        if tests and all(
+            t["test"] == "is not None" and config.get(t["config"]) is not None for t in tests
+        ):
+            packed[p["fused"]] = list(p["shards"])
+    return packed
+
+
+def build_trees(facts: dict[str, Any]) -> dict[str, Any]:
+    commit = facts["commit"]
+    out: dict[str, Any] = {}
+    for name, (arch, config, nested, layers) in TREES.items():
+        item = facts["architectures"][arch]
+        mapper = item.get("mapper")
+        rows = []
+        for prefix, modules, kind in layers:
+            fact = _leaf_fact(facts, arch, nested, prefix)
+            rows.append(
+                {
+                    "name": prefix,
+                    "class": fact["class"],
+                    "quant_config": fact["quant_config"] != "none",
+                    "kind": kind,
+                    "modules": modules,
+                    "cite": f"vllm-project/vllm {fact['file']}@{commit} line {fact['line']}"
+                    if fact.get("file")
+                    else item["cite"],
+                }
+            )
+        out[name] = {
+            "architecture": arch,
+            "config": config,
+            "cite": item["cite"],
+            "packed_modules_mapping": _packed(facts, arch, config),
+            "rename_mapper": (mapper or {}).get("rename_mapper", {}) if mapper else None,
+            "layers": rows,
+        }
+    return out
+
+
+# --- the drivers: which decision function a layer reaches, as get_quant_method dispatches ----
+
+
+def _mro(facts: dict[str, Any], cls: str) -> set[str]:
+    seen, todo = set(), [cls]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(facts["classes"].get(name, {}).get("mro", [])[1:])
+    return seen
+
+
+def _stand_in(cls: str) -> object:
+    """A layer object whose class name is vLLM's (``find_matched_target`` tests the name)."""
+    return type(cls, (), {})()
+
+
+def _mapper(ns: dict[str, Any], tree: dict[str, Any]) -> Any:
+    rename = tree["rename_mapper"]
+    if rename is None:
+        return None
+    return ns["WeightsMapper"](**rename).get_rename_mapper()
+
+
+def _error(e: Exception) -> list[str]:
+    return ["error", f"{type(e).__name__}: {e}"]
+
+
+def ct_answers(
+    ns: dict[str, Any], facts: dict[str, Any], tree: dict[str, Any], block: dict[str, Any]
+) -> dict[str, list[str]]:
+    groups = {
+        k: v
+        for k, v in (block.get("config_groups") or {}).items()
+        # from_config drops a group whose one target is an attention class
+        if not (len(v["targets"]) == 1 and v["targets"][0].endswith("Attention"))
+    }
+    target_scheme_map: dict[str, Any] = {}
+    group_of: dict[int, str] = {}
+    for g, v in groups.items():
+        for t in v["targets"]:
+            scheme = {
+                "weights": v.get("weights"),
+                "input_activations": v.get("input_activations"),
+                "format": v.get("format"),
+            }
+            target_scheme_map[t] = scheme
+            group_of[id(scheme)] = g
+    self = types.SimpleNamespace(
+        ignore=list(block.get("ignore") or []),
+        target_scheme_map=target_scheme_map,
+        quant_format=block.get("format"),
+        kv_cache_scheme=None,
+        packed_modules_mapping=tree["packed_modules_mapping"],
+    )
+    mapper = _mapper(ns, tree)
+    if mapper is not None:
+        ns["CompressedTensorsConfig__apply_vllm_mapper"](self, mapper)
+    scheme_dict = ns["CompressedTensorsConfig__get_scheme_dict"]
+    ignored = ns["should_ignore_layer"]
+    packed = self.packed_modules_mapping
+
+    def decide(layer: object, name: str) -> list[str]:
+        if ignored(name, ignore=self.ignore, fused_mapping=packed):
+            return ["ignored"]
+        d = scheme_dict(self, layer, name)
+        if d is None or d.get("weights") is None:
+            return ["none"]
+        target = ns["find_matched_target"](name, layer, self.target_scheme_map.keys(), packed)
+        return ["group", group_of[id(d)], str(target)]
+
+    out: dict[str, list[str]] = {}
+    for row in tree["layers"]:
+        name, cls = row["name"], row["class"]
+        mro = _mro(facts, cls)
+        layer = _stand_in(cls)
+        try:
+            if not row["quant_config"]:
+                out[name] = ["unquantized", "built without a quant config"]
+            elif "LinearBase" in mro:
+                out[name] = decide(layer, name)
+            elif "ParallelLMHead" in mro:
+                try:
+                    out[name] = decide(layer, name)
+                except ValueError:
+                    out[name] = ["none"]
+            elif "VocabParallelEmbedding" in mro:
+                answer = decide(layer, name)
+                if answer[0] == "group":
+                    d = scheme_dict(self, layer, name)
+                    w = d["weights"]
+                    strategy = w.get("strategy") or (
+                        # QuantizationArgs infers a missing strategy from the group size
+                        None
+                        if w.get("group_size") is None
+                        else "channel"
+                        if w["group_size"] == -1
+                        else "group"
+                    )
+                    wq = types.SimpleNamespace(strategy=strategy, dynamic=w.get("dynamic", False))
+                    if not (
+                        ns["CompressedTensorsConfig___is_wNa16_group_channel"](wq, None)
+                        and w.get("type", "int") == "int"
+                    ):
+                        answer = [
+                            "error",
+                            "ValueError: compressed-tensors embeddings only "
+                            "support weight-only INT group/channel (WNA16) quantization",
+                        ]
+                out[name] = answer
+            elif "RoutedExperts" in mro or "FusedMoE" in mro:
+                ns["CompressedTensorsConfig___add_fused_moe_to_target_scheme_map"](self)
+                unfused = [f"{name}.0.{m.rsplit('.', 1)[-1]}" for m in row["modules"][:3]]
+                dicts = [scheme_dict(self, layer, n) for n in unfused]
+                last = dicts.pop()
+                if not all(d == last for d in dicts):
+                    out[name] = [
+                        "error",
+                        "ValueError: All MoE projections need to have same "
+                        "quantization scheme but found multiple",
+                    ]
+                elif last is None or last.get("weights") is None:
+                    out[name] = (
+                        ["ignored"]
+                        if ignored(unfused[-1], ignore=self.ignore, fused_mapping=packed)
+                        else ["none"]
+                    )
+                else:
+                    target = ns["find_matched_target"](
+                        unfused[-1], layer, self.target_scheme_map.keys(), packed
+                    )
+                    out[name] = ["group", group_of[id(last)], str(target)]
+            else:
+                out[name] = ["unquantized", f"{cls} takes no compressed-tensors method"]
+        except ValueError as e:
+            out[name] = _error(e)
+    return out
+
+
+def _modelopt_block(doc: dict[str, Any]) -> tuple[str, list[str], dict[str, Any]]:
+    if "quantization" in doc:
+        q = doc["quantization"]
+        excludes = q.get("exclude_modules", [])
+        layers = q.get("quantized_layers", {})
+    else:
+        q = doc
+        excludes = q.get("ignore", q.get("exclude_modules", []))
+        layers = q.get("quantized_layers", {})
+    return str(q.get("quant_algo")).upper(), list(excludes or []), dict(layers or {})
+
+
+def modelopt_answers(
+    ns: dict[str, Any], facts: dict[str, Any], tree: dict[str, Any], doc: dict[str, Any]
+) -> dict[str, list[str]]:
+    algo, excludes, layers = _modelopt_block(doc)
+    mixed = algo == "MIXED_PRECISION"
+    self = types.SimpleNamespace(
+        exclude_modules=excludes,
+        quantized_layers=layers,
+        packed_modules_mapping=tree["packed_modules_mapping"],
+        _quantized_layer_prefix_candidates=ns[
+            "ModelOptMixedPrecisionConfig___quantized_layer_prefix_candidates"
+        ],
+    )
+    mapper = _mapper(ns, tree)
+    if mapper is not None:
+        key = "ModelOptMixedPrecisionConfig" if mixed else "ModelOptQuantConfigBase"
+        ns[f"{key}__apply_vllm_mapper"](self, mapper)
+    excluded = ns["ModelOptQuantConfigBase__is_layer_excluded"]
+    resolve = ns["ModelOptMixedPrecisionConfig___resolve_quant_algo"]
+    linear_algos, block_moe = ns["LINEAR_ALGOS"], ns["_BLOCK_FP8_MOE_ALGOS"]
+    out: dict[str, list[str]] = {}
+    for row in tree["layers"]:
+        name, cls = row["name"], row["class"]
+        mro = _mro(facts, cls)
+        linear = "LinearBase" in mro or "ParallelLMHead" in mro
+        experts = "RoutedExperts" in mro or "FusedMoE" in mro
+        try:
+            if not row["quant_config"]:
+                out[name] = ["unquantized", "built without a quant config"]
+            elif excluded(self, name):
+                out[name] = ["excluded"]
+            elif not mixed:
+                if any(s in name for s in ("vision_tower", "vision_model", "vit_large_projector")):
+                    out[name] = ["unquantized", "vision layer"]
+                elif linear or experts:
+                    out[name] = ["algo", algo]
+                else:
+                    out[name] = ["unquantized", f"{cls} takes no ModelOpt method"]
+            else:
+                got = resolve(self, name)
+                if linear:
+                    out[name] = ["algo", got] if got in linear_algos else ["none"]
+                elif experts:
+                    moe = (*block_moe, "FP8", "NVFP4", "W4A16_NVFP4", "MXFP8")
+                    out[name] = ["algo", got] if got in moe else ["none"]
+                else:
+                    out[name] = ["unquantized", f"{cls} takes no ModelOpt method"]
+        except ValueError as e:
+            out[name] = _error(e)
+    return out
+
+
+# --- the declarations ------------------------------------------------------------------------
+
+FP8 = {"weights": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}}
+INT8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}}
+W4A16 = {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}
+
+
+def _g(targets: list[str], scheme: dict[str, Any] = FP8) -> dict[str, Any]:
+    return {**scheme, "targets": targets}
+
+
+def _ct(groups: dict[str, Any], ignore: list[str] | None = None) -> dict[str, Any]:
+    block = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": groups,
+        "ignore": ignore or [],
+    }
+    return {"file": "config.json", "document": {"quantization_config": block}}
+
+
+def _mo(excludes: list[str], algo: str = "FP8", layers: dict[str, str] | None = None) -> Any:
+    q: dict[str, Any] = {"quant_algo": algo, "exclude_modules": excludes}
+    if layers is not None:
+        q["quantized_layers"] = {k: {"quant_algo": v} for k, v in layers.items()}
+    return {
+        "file": "hf_quant_config.json",
+        "document": {"producer": {"name": "modelopt"}, "quantization": q},
+    }
+
+
+def _real(path: str, wrap: bool = False) -> dict[str, Any]:
+    return {"realworld": path, "wrap": wrap}
+
+
+L0 = "model.layers.0"
+SA = f"{L0}.self_attn"
+SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
+    # tests/test_differential.py's synthetic cases, on vLLM's trees
+    "ct-class-linear": (
+        ["qwen3_moe", "llama", "deepseek_v3", "mixtral"],
+        _ct({"g": _g(["Linear"])}),
+    ),
+    "ct-router-regex": (["deepseek_v3", "qwen3_moe"], _ct({"g": _g(["re:.*mlp.*"])})),
+    "ct-norms-under-regex": (["qwen3", "deepseek_v3"], _ct({"g": _g(["re:.*self_attn.*"])})),
+    "ct-exact-before-regex": (
+        ["llama"],
+        _ct({"a": _g(["re:.*down_proj"]), "b": _g([f"{L0}.mlp.down_proj"], INT8)}),
+    ),
+    "ct-sorted-regexes": (
+        ["llama"],
+        _ct({"a": _g(["re:.*mlp.*"]), "b": _g(["re:.*down_proj"], INT8)}),
+    ),
+    "ct-regex-before-class": (
+        ["llama"],
+        _ct({"a": _g(["Linear"]), "b": _g(["re:.*o_proj"], INT8)}),
+    ),
+    "ct-class-case": (["llama"], _ct({"g": _g(["linear"])})),
+    "ct-ignore-class": (["llava"], _ct({"g": _g(["Linear", "Embedding"])}, ["Embedding"])),
+    "ct-embedding-target": (["llava", "llama"], _ct({"g": _g(["Embedding"], INT8)})),
+    "ct-fused-name": (["llama", "llava"], _ct({"g": _g(["re:.*v_proj$"])})),
+    "ct-last-group-wins": (["llama"], _ct({"a": _g(["Linear"]), "b": _g(["Linear"], INT8)})),
+    # vLLM's own rules
+    "ct-fused-target-name": (
+        ["llama", "qwen3"],
+        _ct({"g": _g(["re:.*qkv_proj$", "re:.*gate_up_proj$"])}),
+    ),
+    "ct-q-and-k-only": (["llama"], _ct({"g": _g(["re:.*[qk]_proj$"])})),
+    "ct-shard-names-exact": (
+        ["llama"],
+        _ct({"g": _g([f"{SA}.q_proj", f"{SA}.k_proj", f"{SA}.v_proj"])}),
+    ),
+    "ct-ignore-one-shard": (["llama"], _ct({"g": _g(["Linear"])}, [f"{SA}.k_proj"])),
+    "ct-ignore-all-shards": (
+        ["llama"],
+        _ct({"g": _g(["Linear"])}, [f"{SA}.q_proj", f"{SA}.k_proj", f"{SA}.v_proj"]),
+    ),
+    "ct-ignore-fused-name": (["llama"], _ct({"g": _g(["Linear"])}, [f"{SA}.qkv_proj"])),
+    "ct-ignore-regex-shard": (["llama", "qwen3"], _ct({"g": _g(["Linear"])}, ["re:.*gate_proj$"])),
+    "ct-class-parallel-linear": (["llama", "deepseek_v3"], _ct({"g": _g(["ParallelLinear"])})),
+    "ct-class-lm-head": (["llama"], _ct({"g": _g(["Linear"]), "h": _g(["lm_head"], INT8)})),
+    "ct-regex-inline-flag": (["llama"], _ct({"g": _g(["re:.*(?i)_PROJ$"])})),
+    "ct-embedding-wna16": (["llama"], _ct({"g": _g(["Linear"]), "e": _g(["Embedding"], W4A16)})),
+    "ct-attention-group-dropped": (
+        ["llama"],
+        _ct({"attn": _g(["LlamaAttention"]), "g": _g(["re:.*down_proj$"])}),
+    ),
+    "ct-experts-by-regex": (["qwen3_moe", "mixtral"], _ct({"g": _g(["re:.*experts.*"])})),
+    "ct-expert0-mixed": (
+        ["qwen3_moe"],
+        _ct({"g": _g(["Linear"]), "i": _g(["re:.*experts.0.down_proj$"], INT8)}),
+    ),
+    "ct-expert1-differs": (
+        ["qwen3_moe"],
+        _ct({"g": _g(["Linear"]), "i": _g(["re:.*experts.1.*"], INT8)}),
+    ),
+    "ct-ignore-experts": (["qwen3_moe"], _ct({"g": _g(["Linear"])}, ["re:.*experts.*"])),
+    "ct-mla-one-shard": (
+        ["deepseek_v3"],
+        _ct({"g": _g(["Linear"])}, [f"{SA}.kv_a_proj_with_mqa"]),
+    ),
+    "ct-mla-fused-target": (["deepseek_v3"], _ct({"g": _g(["re:.*fused_qkv_a_proj$"])})),
+    "ct-vision-regex": (["llava"], _ct({"g": _g(["re:.*vision_tower.*"])})),
+    # ModelOpt: exclude stages
+    "mo-exact": (["llama", "qwen3"], _mo([f"{L0}.mlp.down_proj", "lm_head"])),
+    "mo-wildcard": (["llama", "deepseek_v3"], _mo(["*self_attn*", "model.layers.*.mlp.gate"])),
+    "mo-substring": (["llama", "deepseek_v3", "qwen3_moe"], _mo(["o_proj", "mlp.gate"])),
+    "mo-star-split": (
+        ["llama", "deepseek_v3", "qwen3_moe"],
+        _mo(["mlp.gate*", f"{L0}.self_attn*"]),
+    ),
+    "mo-fused-one-shard": (["llama"], _mo([f"{SA}.q_proj"])),
+    "mo-fused-all-shards": (["llama"], _mo([f"{SA}.q_proj", f"{SA}.k_proj", f"{SA}.v_proj"])),
+    "mo-fused-name": (["llama"], _mo([f"{SA}.qkv_proj"])),
+    "mo-mla-one-shard": (["deepseek_v3"], _mo([f"{SA}.kv_a_proj_with_mqa"])),
+    "mo-mla-both-shards": (["deepseek_v3"], _mo([f"{SA}.kv_a_proj_with_mqa", f"{SA}.q_a_proj"])),
+    "mo-experts-exact": (["qwen3_moe", "mixtral"], _mo(["model.layers.0.mlp.experts.0.down_proj"])),
+    "mo-experts-layer": (["qwen3_moe"], _mo(["model.layers.1.mlp.experts"])),
+    "mo-empty-entry": (["llama"], _mo([""])),
+    "mo-vision": (["llava"], _mo(["language_model.lm_head"], "NVFP4")),
+    "mo-language-model-prefix": (["llava"], _mo(["model.layers.0.mlp.down_proj"])),
+    "mo-question-mark": (["llama"], _mo(["model.layers.?.mlp.down_proj"])),
+    # ModelOpt MIXED_PRECISION lookups
+    "mixed-exact": (
+        ["llama"],
+        _mo([], "MIXED_PRECISION", {f"{L0}.mlp.down_proj": "NVFP4", f"{SA}.o_proj": "FP8"}),
+    ),
+    "mixed-fused-shards": (
+        ["llama"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {f"{SA}.q_proj": "FP8", f"{SA}.k_proj": "FP8", f"{SA}.v_proj": "FP8"},
+        ),
+    ),
+    "mixed-fused-missing-shard": (
+        ["llama"],
+        _mo([], "MIXED_PRECISION", {f"{SA}.q_proj": "FP8", f"{SA}.k_proj": "FP8"}),
+    ),
+    "mixed-fused-two-algos": (
+        ["llama"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {f"{SA}.q_proj": "FP8", f"{SA}.k_proj": "NVFP4", f"{SA}.v_proj": "FP8"},
+        ),
+    ),
+    "mixed-fused-name": (["llama"], _mo([], "MIXED_PRECISION", {f"{SA}.qkv_proj": "NVFP4"})),
+    "mixed-experts-prefix": (
+        ["qwen3_moe"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {
+                "model.layers.0.mlp.experts.0.gate_proj": "NVFP4",
+                "model.layers.0.mlp.experts.1.gate_proj": "FP8",
+                "model.layers.1.mlp.experts.2.down_proj": "FP8",
+            },
+        ),
+    ),
+    "mixed-experts-parent": (
+        ["qwen3_moe"],
+        _mo([], "MIXED_PRECISION", {"model.layers.0.mlp.gate": "FP8"}),
+    ),
+    "mixed-mla": (
+        ["deepseek_v3"],
+        _mo([], "MIXED_PRECISION", {f"{SA}.q_a_proj": "FP8", f"{SA}.kv_a_proj_with_mqa": "NVFP4"}),
+    ),
+    "mixed-mla-one-shard": (["deepseek_v3"], _mo([], "MIXED_PRECISION", {f"{SA}.q_a_proj": "FP8"})),
+    "mixed-exclude": (
+        ["llama"],
+        _mo([f"{L0}.mlp*"], "MIXED_PRECISION", {f"{L0}.mlp.down_proj": "NVFP4"}),
+    ),
+    "mixed-language-model": (
+        ["llava"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {"model.language_model.layers.0.mlp.down_proj": "NVFP4", "lm_head": "FP8"},
+        ),
+    ),
+}
+
+REAL: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "rw-deepseek-v3-0324": (
+        ["deepseek_v3"],
+        _real("aic-deepseek-v3-0324-nvfp4/hf_quant_config.json"),
+    ),
+    "rw-trtllm-r1": (["deepseek_v3"], _real("trtllm-deepseek-r1-nvfp4/hf_quant_config.json")),
+    "rw-qwen3-30b-a3b": (["qwen3_moe"], _real("aic-qwen3-30b-a3b-nvfp4/hf_quant_config.json")),
+    "rw-qwen3-32b": (["qwen3"], _real("aic-qwen3-32b-nvfp4/hf_quant_config.json")),
+    "rw-ct-int4": (["llama"], _real("ct-example-int4-w4a16/int4_config.json", True)),
+    "rw-ct-int8": (["llama"], _real("ct-example-int8-w8a8/int8_config.json", True)),
+    "rw-ct-mixed": (
+        ["qwen3", "llama"],
+        _real("ct-example-mixed-precision-fp8-nvfp4/mixed_precision_config.json", True),
+    ),
+    "rw-llmc-fakequant": (
+        ["llava", "llama"],
+        _real("llmc-example-fakequant-int8/example_quant_config.json", True),
+    ),
+    "rw-tinyllama-fp8-kv": (
+        ["llama"],
+        _real("llmc-tinyllama-fp8-kv-legacy-compression-config/fp8-default-kv_config.json"),
+    ),
+    "rw-tinyllama-fp8-static": (
+        ["llama"],
+        _real("llmc-tinyllama-fp8-static-legacy-compression-config/fp8-config.json"),
+    ),
+}
+"""Every tests/data/realworld declaration that fits one of the trees (GLM-5, DeepSeek-V4,
+Kimi-K2.5 and Laguna name layers no tree here builds; the sparsity-only one declares no
+quantization)."""
+
+
+def documents(decl: dict[str, Any]) -> dict[str, str]:
+    """The declaration as the checkpoint ships it: file name -> text (what qarm reads)."""
+    if "realworld" in decl:
+        path = REALWORLD / decl["realworld"]
+        text = path.read_text("utf-8")
+        if decl.get("wrap"):
+            return {"config.json": json.dumps({"quantization_config": json.loads(text)})}
+        name = "hf_quant_config.json" if path.name == "hf_quant_config.json" else "config.json"
+        return {name: text}
+    return {decl["file"]: json.dumps(decl["document"], sort_keys=True)}
+
+
+def quant_block(docs: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    """(family, the block vLLM's config class is built from)."""
+    if "hf_quant_config.json" in docs:
+        return "modelopt", json.loads(docs["hf_quant_config.json"])
+    data = json.loads(docs["config.json"])
+    block = data.get("quantization_config") or data.get("compression_config")
+    assert isinstance(block, dict)
+    if str(block.get("quant_method", "")).startswith("modelopt"):
+        return "modelopt", block
+    return "compressed-tensors", block
+
+
+def derive(wheel_path: Path) -> dict[str, Any]:
+    wheel = _Wheel(wheel_path)
+    ns, cites = load_functions(wheel)
+    facts = json.loads(FACTS.read_text("utf-8"))
+    commit = wheel.commit()
+    if not facts["commit"].startswith(commit[:9]) and not commit.startswith(facts["commit"]):
+        raise SystemExit(f"layer facts are for {facts['commit']}, the wheel is {commit}")
+    trees = build_trees(facts)
+    cases = []
+    for case_id, (names, decl) in {**SYNTHETIC, **REAL}.items():
+        docs = documents(decl)
+        family, block = quant_block(docs)
+        for tree_name in names:
+            tree = trees[tree_name]
+            if family == "modelopt":
+                answers = modelopt_answers(ns, facts, tree, block)
+            else:
+                answers = ct_answers(ns, facts, tree, json.loads(json.dumps(block)))
+            cases.append(
+                {
+                    "id": f"{case_id}@{tree_name}",
+                    "tree": tree_name,
+                    "family": family,
+                    "declaration": decl,
+                    "answers": answers,
+                }
+            )
+    digest = hashlib.sha256(wheel_path.read_bytes()).hexdigest()
+    return {
+        "format": FORMAT,
+        "engine": "vllm",
+        "release": RELEASE,
+        "wheel": wheel_path.name,
+        "wheel_sha256": digest,
+        "commit": commit,
+        "commit_note": "the commit as the wheel's vllm/_version.py records it (abbreviated)",
+        "functions": cites,
+        "facts": "src/qarm_audit/layers/facts/vllm-0.33.0.json",
+        "trees": trees,
+        "cases": cases,
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # vLLM's messages print sets ("Mixed quant_algo ... {'FP8', 'NVFP4'}"): one hash seed
+        # gives one text
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], env)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--wheel",
+        type=Path,
+        default=Path("/tmp/rel/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"),
+    )
+    parser.add_argument("--check", action="store_true", help="compare with the committed file")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    text = render(derive(args.wheel))
+    if args.check:
+        if not args.out.exists() or args.out.read_text("utf-8") != text:
+            print(f"{args.out} differs from what vLLM {RELEASE}'s source gives", file=sys.stderr)
+            return 1
+        print(f"{args.out}: up to date")
+        return 0
+    args.out.write_text(text, "utf-8")
+    n = sum(len(c["answers"]) for c in json.loads(text)["cases"])
+    print(f"wrote {args.out}: {len(json.loads(text)['cases'])} cases, {n} layer answers")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
