@@ -305,15 +305,26 @@ def _deepseek_attn(p: str) -> list[Any]:
     ]
 
 
-def _deepseek() -> list[Any]:
-    out = _deepseek_attn("model.layers.0") + _mlp("model.layers.0.mlp")
-    out += _norms("model.layers.0", "input_layernorm", "post_attention_layernorm")
-    p = "model.layers.3"
+def _deepseek(root: str = "model", lm_head: str = "lm_head", moe: int = 3) -> list[Any]:
+    """A dense layer 0 and a MoE layer (``first_k_dense_replace``), MLA with ``q_lora_rank``."""
+    out = [*_deepseek_attn(f"{root}.layers.0"), *_mlp(f"{root}.layers.0.mlp")]
+    out += _norms(f"{root}.layers.0", "input_layernorm", "post_attention_layernorm")
+    p = f"{root}.layers.{moe}"
     out += [*_deepseek_attn(p), (f"{p}.mlp.gate", [f"{p}.mlp.gate"], "linear")]
     out += _experts(f"{p}.mlp", ("gate_proj", "up_proj", "down_proj"))
     out += _mlp(f"{p}.mlp.shared_experts")
     out += _norms(p, "input_layernorm", "post_attention_layernorm")
-    return out + _ends("model")
+    return out + _ends(root, lm_head)
+
+
+def _kimi_k25() -> list[Any]:
+    """Kimi-K2.5's DeepSeek-V3 language model under ``language_model.`` and its projector,
+    which the checkpoint names ``mm_projector.proj.0`` / ``.2`` (kimi_k25.py's mapper)."""
+    return [
+        ("mm_projector.linear_1", ["mm_projector.proj.0"], "linear"),
+        ("mm_projector.linear_2", ["mm_projector.proj.2"], "linear"),
+        *_deepseek("language_model.model", "language_model.lm_head", moe=1),
+    ]
 
 
 def _mixtral() -> list[Any]:
@@ -352,6 +363,26 @@ def _llava() -> list[Any]:
     return out + _llama("language_model.model", "language_model.lm_head")
 
 
+def _transformers5(layers: list[Any]) -> list[Any]:
+    """The same layers, loaded from a checkpoint that transformers 5 wrote (``model.
+    language_model.``, ``model.vision_tower.``, ``lm_head``): what Llava's ``hf_to_vllm_mapper``
+    maps back to vLLM's names (``orig_to_new_prefix``, llava.py)."""
+    renames = [
+        ("language_model.model.", "model.language_model."),
+        ("language_model.lm_head", "lm_head"),
+        ("vision_tower.", "model.vision_tower."),
+        ("multi_modal_projector.", "model.multi_modal_projector."),
+    ]
+
+    def rename(module: str) -> str:
+        for old, new in renames:
+            if module.startswith(old):
+                return new + module[len(old) :]
+        return module
+
+    return [(prefix, [rename(m) for m in modules], kind) for prefix, modules, kind in layers]
+
+
 # name -> (architecture, config values, the layer facts' architecture for the nested language
 # model, layers, model file cited)
 TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
@@ -370,6 +401,18 @@ TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
         {"model_type": "llava"},
         "LlamaForCausalLM",
         _llava(),
+    ),
+    "kimi_k25": (
+        "KimiK25ForConditionalGeneration",
+        {"model_type": "kimi_k25", "q_lora_rank": 1536, "first_k_dense_replace": 1},
+        "DeepseekV2ForCausalLM",
+        _kimi_k25(),
+    ),
+    "llava_hf": (
+        "LlavaForConditionalGeneration",
+        {"model_type": "llava"},
+        "LlamaForCausalLM",
+        _transformers5(_llava()),
     ),
 }
 
@@ -682,7 +725,7 @@ SA = f"{L0}.self_attn"
 SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     # tests/test_differential.py's synthetic cases, on vLLM's trees
     "ct-class-linear": (
-        ["qwen3_moe", "llama", "deepseek_v3", "mixtral"],
+        ["qwen3_moe", "llama", "deepseek_v3", "mixtral", "kimi_k25"],
         _ct({"g": _g(["Linear"])}),
     ),
     "ct-router-regex": (["deepseek_v3", "qwen3_moe"], _ct({"g": _g(["re:.*mlp.*"])})),
@@ -702,7 +745,7 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "ct-class-case": (["llama"], _ct({"g": _g(["linear"])})),
     "ct-ignore-class": (["llava"], _ct({"g": _g(["Linear", "Embedding"])}, ["Embedding"])),
     "ct-embedding-target": (["llava", "llama"], _ct({"g": _g(["Embedding"], INT8)})),
-    "ct-fused-name": (["llama", "llava"], _ct({"g": _g(["re:.*v_proj$"])})),
+    "ct-fused-name": (["llama", "llava", "llava_hf"], _ct({"g": _g(["re:.*v_proj$"])})),
     "ct-last-group-wins": (["llama"], _ct({"a": _g(["Linear"]), "b": _g(["Linear"], INT8)})),
     # vLLM's own rules
     "ct-fused-target-name": (
@@ -744,7 +787,15 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
         _ct({"g": _g(["Linear"])}, [f"{SA}.kv_a_proj_with_mqa"]),
     ),
     "ct-mla-fused-target": (["deepseek_v3"], _ct({"g": _g(["re:.*fused_qkv_a_proj$"])})),
-    "ct-vision-regex": (["llava"], _ct({"g": _g(["re:.*vision_tower.*"])})),
+    "ct-vision-regex": (["llava", "llava_hf"], _ct({"g": _g(["re:.*vision_tower.*"])})),
+    # names as transformers 5 writes them, which vLLM maps to its own before matching
+    "ct-new-style-names": (
+        ["llava_hf"],
+        _ct(
+            {"g": _g(["model.language_model.layers.0.mlp.down_proj", "re:.*self_attn.*"])},
+            ["lm_head", "re:.*vision_tower.*"],
+        ),
+    ),
     # ModelOpt: exclude stages
     "mo-exact": (["llama", "qwen3"], _mo([f"{L0}.mlp.down_proj", "lm_head"])),
     "mo-wildcard": (["llama", "deepseek_v3"], _mo(["*self_attn*", "model.layers.*.mlp.gate"])),
@@ -761,8 +812,8 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "mo-experts-exact": (["qwen3_moe", "mixtral"], _mo(["model.layers.0.mlp.experts.0.down_proj"])),
     "mo-experts-layer": (["qwen3_moe"], _mo(["model.layers.1.mlp.experts"])),
     "mo-empty-entry": (["llama"], _mo([""])),
-    "mo-vision": (["llava"], _mo(["language_model.lm_head"], "NVFP4")),
-    "mo-language-model-prefix": (["llava"], _mo(["model.layers.0.mlp.down_proj"])),
+    "mo-vision": (["llava", "llava_hf"], _mo(["language_model.lm_head"], "NVFP4")),
+    "mo-language-model-prefix": (["llava", "llava_hf"], _mo(["model.layers.0.mlp.down_proj"])),
     "mo-question-mark": (["llama"], _mo(["model.layers.?.mlp.down_proj"])),
     # ModelOpt MIXED_PRECISION lookups
     "mixed-exact": (
@@ -816,7 +867,7 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
         _mo([f"{L0}.mlp*"], "MIXED_PRECISION", {f"{L0}.mlp.down_proj": "NVFP4"}),
     ),
     "mixed-language-model": (
-        ["llava"],
+        ["llava", "llava_hf"],
         _mo(
             [],
             "MIXED_PRECISION",
@@ -826,6 +877,7 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
 }
 
 REAL: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "rw-kimi-k2.5": (["kimi_k25"], _real("aic-kimi-k2.5-nvfp4-named/config.json")),
     "rw-deepseek-v3-0324": (
         ["deepseek_v3"],
         _real("aic-deepseek-v3-0324-nvfp4/hf_quant_config.json"),
@@ -840,7 +892,7 @@ REAL: dict[str, tuple[list[str], dict[str, Any]]] = {
         _real("ct-example-mixed-precision-fp8-nvfp4/mixed_precision_config.json", True),
     ),
     "rw-llmc-fakequant": (
-        ["llava", "llama"],
+        ["llava", "llava_hf", "llama"],
         _real("llmc-example-fakequant-int8/example_quant_config.json", True),
     ),
     "rw-tinyllama-fp8-kv": (
@@ -852,9 +904,8 @@ REAL: dict[str, tuple[list[str], dict[str, Any]]] = {
         _real("llmc-tinyllama-fp8-static-legacy-compression-config/fp8-config.json"),
     ),
 }
-"""Every tests/data/realworld declaration that fits one of the trees (GLM-5, DeepSeek-V4,
-Kimi-K2.5 and Laguna name layers no tree here builds; the sparsity-only one declares no
-quantization)."""
+"""Every tests/data/realworld declaration that fits one of the trees (GLM-5, DeepSeek-V4 and
+Laguna name layers no tree here builds; the sparsity-only one declares no quantization)."""
 
 
 def documents(decl: dict[str, Any]) -> dict[str, str]:
@@ -874,7 +925,12 @@ def quant_block(docs: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if "hf_quant_config.json" in docs:
         return "modelopt", json.loads(docs["hf_quant_config.json"])
     data = json.loads(docs["config.json"])
-    block = data.get("quantization_config") or data.get("compression_config")
+    text_config = data.get("text_config") or {}
+    block = (
+        data.get("quantization_config")
+        or text_config.get("quantization_config")
+        or data.get("compression_config")
+    )
     assert isinstance(block, dict)
     if str(block.get("quant_method", "")).startswith("modelopt"):
         return "modelopt", block
