@@ -39,7 +39,6 @@ from ..resolve.resolver import (
     engine_class,
     layer_override,
     resolve,
-    vision_layer,
 )
 from ..sources import Checkpoint, open_source
 from .audit import DEFAULT_ENGINE, audit
@@ -264,14 +263,6 @@ def _trace_modelopt(
         default = rules.default_scheme
         if default is None:
             log.na("class: Linear", "no default scheme")
-        elif info.kind == "linear" and (vision := vision_layer(info)) is not None:
-            log.hit(
-                "vision layer",
-                info.name,
-                vision,
-                f"vLLM leaves a layer whose name holds {vision.rule!r} unquantized under a "
-                f"single-algorithm ModelOpt declaration",
-            )
         elif info.kind == "linear":
             log.hit(
                 "class: Linear",

@@ -28,8 +28,7 @@ class Membership(NamedTuple):
     how: str
     """exact, fused, prefix, experts, regex, class, substring, wildcard, none; or, where the
     engine's layer takes no quant method whatever the declaration says, no-quant-config (a
-    layer built without one, such as a router), not-a-linear (a norm, a convolution) or
-    vision-layer (vLLM's single-algorithm ModelOpt config, by the layer's name)."""
+    layer built without one, such as a router) or not-a-linear (a norm, a convolution)."""
     rule: str = ""
     """The entry, pattern or target that decided."""
 
@@ -74,18 +73,6 @@ def layer_override(info: ModuleInfo) -> Membership | None:
     if not info.quant_config:
         return Membership(UNLISTED, "no-quant-config", info.layer_class or info.layer_kind)
     return None
-
-
-VISION_NAMES = ("vision_tower", "vision_model", "vit_large_projector")
-"""vLLM's single-algorithm ModelOpt config leaves a layer whose name holds one of these
-unquantized, whatever the declaration says (``ModelOptQuantConfigBase.get_quant_method``,
-``modelopt.py`` line 247); MIXED_PRECISION does not."""
-
-
-def vision_layer(info: ModuleInfo) -> Membership | None:
-    """The vision-layer rule for a module a single-algorithm ModelOpt declaration quantizes."""
-    hit = next((s for s in VISION_NAMES if s in info.engine_name), None)
-    return Membership(UNLISTED, "vision-layer", hit) if hit else None
 
 
 INHERITED = frozenset({"prefix", "experts-parent"})
@@ -303,8 +290,7 @@ class _ModelOpt:
 
     def _single(self, info: ModuleInfo) -> Membership:
         if info.kind == "linear" and self.rules.default_scheme is not None:
-            default = Membership(self.rules.default_scheme.name, "class", "Linear")
-            return vision_layer(info) or default
+            return Membership(self.rules.default_scheme.name, "class", "Linear")
         return _UNLISTED
 
     def _mixed_layer(self, engine_name: str, members: list[ModuleInfo]) -> Membership | None:
