@@ -796,6 +796,15 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
             ["lm_head", "re:.*vision_tower.*"],
         ),
     ),
+    "ct-fused-exact-name": (["llama"], _ct({"g": _g([f"{SA}.qkv_proj", "re:.*down_proj$"])})),
+    "ct-ignore-fused-regex": (["llama", "deepseek_v3"], _ct({"g": _g(["Linear"])}, ["re:.*qkv.*"])),
+    "ct-gate-only": (["llama", "deepseek_v3"], _ct({"g": _g(["re:.*gate_proj$"])})),
+    "ct-mixtral-w1-only": (["mixtral"], _ct({"g": _g(["re:.*w1$"])})),
+    "ct-experts-regex-shared": (["deepseek_v3"], _ct({"g": _g(["re:.*experts.*"])})),
+    "ct-ignore-router-regex": (
+        ["mixtral", "qwen3_moe"],
+        _ct({"g": _g(["Linear"])}, ["re:.*gate$", "re:.*lm_head"]),
+    ),
     # ModelOpt: exclude stages
     "mo-exact": (["llama", "qwen3"], _mo([f"{L0}.mlp.down_proj", "lm_head"])),
     "mo-wildcard": (["llama", "deepseek_v3"], _mo(["*self_attn*", "model.layers.*.mlp.gate"])),
@@ -815,6 +824,12 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "mo-vision": (["llava", "llava_hf"], _mo(["language_model.lm_head"], "NVFP4")),
     "mo-language-model-prefix": (["llava", "llava_hf"], _mo(["model.layers.0.mlp.down_proj"])),
     "mo-question-mark": (["llama"], _mo(["model.layers.?.mlp.down_proj"])),
+    "mo-fused-exact-name": (["llama", "qwen3"], _mo([f"{L0}.mlp.gate_up_proj"])),
+    "mo-shard-wildcard": (["llama"], _mo(["model.layers.*.self_attn.q_proj"])),
+    "mo-v-proj-wildcard": (["llama", "llava"], _mo(["*v_proj", "*gate_proj"])),
+    "mo-gate-wildcard": (["qwen3_moe", "mixtral", "deepseek_v3"], _mo(["*gate*"])),
+    "mo-experts-star": (["qwen3_moe", "deepseek_v3"], _mo(["model.layers.1.mlp.experts*"])),
+    "mo-mixtral-substring": (["mixtral"], _mo(["block_sparse_moe.gate", "w2"])),
     # ModelOpt MIXED_PRECISION lookups
     "mixed-exact": (
         ["llama"],
@@ -865,6 +880,25 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "mixed-exclude": (
         ["llama"],
         _mo([f"{L0}.mlp*"], "MIXED_PRECISION", {f"{L0}.mlp.down_proj": "NVFP4"}),
+    ),
+    "mixed-star-exclude-no-mapper": (
+        ["deepseek_v3", "llama"],
+        _mo(
+            ["model.layers.0.self_attn*"],
+            "MIXED_PRECISION",
+            {"model.layers.0.mlp.down_proj": "FP8"},
+        ),
+    ),
+    "mixed-shared-experts": (
+        ["deepseek_v3"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {
+                "model.layers.3.mlp.shared_experts.gate_proj": "FP8",
+                "model.layers.3.mlp.experts.0.up_proj": "NVFP4",
+            },
+        ),
     ),
     "mixed-language-model": (
         ["llava", "llava_hf"],
