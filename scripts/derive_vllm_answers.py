@@ -165,16 +165,33 @@ class _Logger:
     debug = warning = info = warning_once
 
 
-def _namespace() -> dict[str, Any]:
-    import regex  # vLLM's config_utils and models/utils: ``import regex as re``
+def _re_module(wheel: _Wheel) -> types.ModuleType:
+    """The module the release binds to ``re`` where its matching lives: ``regex`` when it
+    writes ``import regex as re`` (0.33.0 does, in config_utils.py and models/utils.py)."""
+    found: set[str] = set()
+    for name in (CONFIG_UTILS, MODEL_UTILS):
+        for node in wheel.tree(name).body:
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if (a.asname or a.name) == "re"}
+    if found == {"regex"}:
+        import regex
 
+        return regex
+    if found == {"re"}:
+        import re
+
+        return re
+    raise SystemExit(f"the release binds re to {sorted(found)}: review the namespace")
+
+
+def _namespace(re_module: types.ModuleType) -> dict[str, Any]:
     # a module of its own, so that ``dataclass`` finds the class's namespace
     module = types.ModuleType("vllm_decisions")
     sys.modules[module.__name__] = module
     ns: dict[str, Any] = module.__dict__
     ns.update(
         {
-            "re": regex,
+            "re": re_module,
             "fnmatch": fnmatch.fnmatch,
             "MappingProxyType": types.MappingProxyType,
             "dataclass": dataclasses.dataclass,
@@ -193,7 +210,7 @@ def _namespace() -> dict[str, Any]:
 
 def load_functions(wheel: _Wheel) -> tuple[dict[str, Any], dict[str, str]]:
     """The release's functions, compiled from its source, and where each one is."""
-    ns = _namespace()
+    ns = _namespace(_re_module(wheel))
     commit = wheel.commit()
     cites: dict[str, str] = {}
     import __future__
