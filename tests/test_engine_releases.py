@@ -338,3 +338,129 @@ def test_one_listed_algorithm_beside_an_unlisted_shard_raises_no_mixed_error(
     msg = next(f.message for f in report.refusals if f.code == "fused-shards-disagree")
     assert 'raises at load: "Mixed quant_algo' not in msg
     assert "raises nothing here" in msg and "shape check" in msg
+
+
+# --- the seed engine -----------------------------------------------------------------------------
+
+
+def test_name_probe_takes_the_seed_s_own_flag_name(run) -> None:
+    flag = audit(str(W4A4), engine="name-probe", env={"W4A4": "1"})
+    alias = audit(str(W4A4), engine="name-probe", env={"VT_MODELOPT_W4A4": "1"})
+    assert [a.executed for a in alias.arms] == [a.executed for a in flag.arms]
+    assert alias.engine.env == {"W4A4": "1"}
+    assert "W4A4-NVFP4" in {a.executed for a in alias.arms}
+    both = run(
+        "audit", W4A4, "--engine", "name-probe", "--env", "W4A4=1", "--env", "VT_MODELOPT_W4A4=0"
+    )
+    assert both.exit_code == ExitCode.BAD_INPUT and "contradicts" in both.stderr
+
+
+# --- the machine: installed engine and GPU ---------------------------------------------------
+
+
+def fake_distribution(root: Path, name: str, version: str) -> None:
+    """An installed distribution as importlib.metadata finds it: a dist-info on sys.path."""
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def fake_nvidia_smi(root: Path, output: str, code: int = 0) -> Path:
+    """An nvidia-smi executable that prints ``output`` for any query."""
+    root.mkdir(parents=True, exist_ok=True)
+    exe = root / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\nprintf '%s\\n' '{output}'\nexit {code}\n")
+    exe.chmod(0o755)
+    return root
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Turn detection on, with a tmp dir on sys.path for distributions."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("QARM_DETECT_ENGINE", "1")
+    return site
+
+
+def test_an_installed_modelled_release_is_used_and_named(machine: Path) -> None:
+    fake_distribution(machine, "vllm", "0.31.0")
+    report = audit(str(W4A4), gpu="H100")
+    assert (report.engine.version, report.engine.installed) == ("v0.31.0", "0.31.0")
+    assert report.engine.release_from == "installed"
+    assert arm(report, "NVFP4", "sm90").kernel == "Marlin"  # 0.31.0 has no Humming priority
+    assert [n.code for n in report.notes if n.code.startswith("engine-")] == ["engine-installed"]
+    asked = audit(str(W4A4), engine="vllm==0.33.0", gpu="H100")
+    assert asked.engine.release_from == "asked" and asked.engine.version == "v0.33.0"
+    note = next(n.message for n in asked.notes if n.code == "engine-release-not-modelled")
+    assert "vLLM 0.31.0 is installed here and another release was asked for" in note
+    # sglang is not installed: its profile is the newest, and nothing is said about vllm
+    other = audit(str(W4A4), engine="sglang")
+    assert other.engine.installed is None and other.engine.release_from == "newest"
+
+
+def test_an_installed_unmodelled_release_is_said_plainly(machine: Path, run) -> None:
+    fake_distribution(machine, "vllm", "0.29.1")
+    report = audit(str(W4A4))
+    assert (report.engine.version, report.engine.installed) == ("v0.33.0", "0.29.1")
+    note = next(n.message for n in report.notes if n.code == "engine-release-not-modelled")
+    assert "vLLM 0.29.1 is installed here and is not modelled" in note
+    assert "vllm v0.33.0, not for the installed engine" in note
+    data = json.loads(run("audit", W4A4, "-f", "json").stdout)
+    assert data["engine"]["installed"] == "0.29.1" and data["engine"]["release_from"] == "newest"
+
+
+def test_engine_detection_can_be_turned_off(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_distribution(machine, "vllm", "0.31.0")
+    monkeypatch.setenv("QARM_DETECT_ENGINE", "0")
+    report = audit(str(W4A4))
+    assert report.engine.installed is None and report.engine.version == "v0.33.0"
+
+
+def test_the_gpu_from_nvidia_smi_when_none_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run
+) -> None:
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", "9.0")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("QARM_GPU", "nvidia-smi")
+    report = audit(str(W4A4))
+    assert (report.engine.gpu, report.engine.gpu_from) == ("sm90", "detected")
+    assert arm(report, "NVFP4", "sm90").kernel == "Humming"
+    assert "GPU sm90 detected (nvidia-smi)" in next(
+        n.message for n in report.notes if n.code == "gpu-detected"
+    )
+    # on the detected GPU the weight-only fallback is what will go wrong: a warning
+    assert "declared-arm-differs" in {w.code for w in report.warnings}
+    given = audit(str(W4A4), gpu="B200")
+    assert (given.engine.gpu, given.engine.gpu_from) == ("B200", "given")
+    assert not [n for n in given.notes if n.code == "gpu-detected"]
+    text = run("audit", W4A4, "-f", "markdown").stdout
+    assert "GPU sm90" in text and "detected (nvidia-smi)" in text
+
+
+@pytest.mark.parametrize("output, code", [("", 0), ("garbage", 0), ("9.0", 9)])
+def test_a_failing_nvidia_smi_means_no_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str, code: int
+) -> None:
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", output, code)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("QARM_GPU", "nvidia-smi")
+    report = audit(str(W4A4))
+    assert report.engine.gpu is None and report.engine.gpu_from == ""
+    assert report.verdict != "refused"
+
+
+def test_qarm_gpu_overrides_and_turns_detection_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run
+) -> None:
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", "9.0")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("QARM_GPU", "none")
+    assert audit(str(W4A4)).engine.gpu is None
+    monkeypatch.setenv("QARM_GPU", "A100")
+    report = audit(str(W4A4))
+    assert (report.engine.gpu, report.engine.gpu_from) == ("A100", "detected")
+    monkeypatch.setenv("QARM_GPU", "sm9000")
+    bad = run("audit", W4A4)
+    assert bad.exit_code == ExitCode.BAD_INPUT and "QARM_GPU" in bad.stderr

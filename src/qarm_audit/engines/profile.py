@@ -36,6 +36,8 @@ class EnvVar(BaseModel):
     description: str = ""
     choices: list[str] | None = None
     """The values the engine accepts; ``--env`` outside them is a usage error."""
+    aliases: list[str] = Field(default_factory=list)
+    """Other names ``--env`` accepts for this setting (the engine's own spelling)."""
 
     @model_validator(mode="after")
     def _default_is_a_choice(self) -> EnvVar:
@@ -329,6 +331,16 @@ def _parse(text: str, where: str, facts: dict[str, Any] | None = None) -> Profil
 
 
 def resolve_env(profile: Profile, overrides: dict[str, str]) -> dict[str, str]:
+    alias = {a: key for key, var in profile.env.items() for a in var.aliases}
+    named: dict[str, str] = {}
+    for key, value in overrides.items():
+        canonical = alias.get(key, key)
+        if canonical in named and named[canonical] != value:
+            raise ProfileError(
+                profile.name, f"{key}={value} contradicts {canonical}={named[canonical]}"
+            )
+        named[canonical] = value
+    overrides = named
     unknown = sorted(set(overrides) - set(profile.env))
     if unknown:
         raise ProfileError(
