@@ -29,7 +29,8 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     them), ``humming_mxfp8_input_schema`` (the same of ``HummingMxfp8LinearKernel``),
     ``linear_backends`` (the ``LinearBackend`` literal of ``config/kernel.py``); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
-    ``--fp4-gemm-backend marlin`` by running weight-only).
+    ``--fp4-gemm-backend marlin`` by running weight-only), ``fp4_gemm_backends`` (the
+    ``Fp4GemmRunnerBackend`` values).
 ``anchors``
     ``"<path>#<anchor>"`` -> ``"L<first>-<last>"``: for every ``anchor`` of the profile's rules
     and load errors, the innermost statement of ``<path>`` holding a string that contains it
@@ -247,10 +248,26 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
     }
 
 
+def _enum_values(text: str, name: str) -> list[str]:
+    """The string values of ``class <name>(Enum)``'s members, in source order."""
+    cls = next((n for n in ast.walk(ast.parse(text)) if _named(n, name)), None)
+    if not isinstance(cls, ast.ClassDef):
+        return []
+    return [
+        n.value.value
+        for n in cls.body
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Constant)
+        and isinstance(n.value.value, str)
+    ]
+
+
 def _sglang_facts(wheel: Wheel) -> dict[str, Any]:
     ct = wheel.read("sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py")
+    fp4 = wheel.read("sglang/srt/layers/quantization/fp4_utils.py") or ""
     return {
         "ct_w4a4_marlin_weight_only": "--fp4-gemm-backend marlin is weight-only" in (ct or ""),
+        "fp4_gemm_backends": _enum_values(fp4, "Fp4GemmRunnerBackend"),
     }
 
 

@@ -464,3 +464,10 @@ def test_qarm_gpu_overrides_and_turns_detection_off(
     monkeypatch.setenv("QARM_GPU", "sm9000")
     bad = run("audit", W4A4)
     assert bad.exit_code == ExitCode.BAD_INPUT and "QARM_GPU" in bad.stderr
+
+
+def test_the_fp4_gemm_backend_choices_are_the_release_s_own() -> None:
+    for release in modelled_releases("sglang"):
+        facts = json.loads((RELEASES / f"sglang-{release}.json").read_text())["facts"]
+        choices = load_profile(f"sglang=={release}").env["fp4_gemm_backend"].choices
+        assert sorted(choices or []) == sorted(facts["fp4_gemm_backends"])
