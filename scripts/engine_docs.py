@@ -14,7 +14,14 @@ import re
 import sys
 from pathlib import Path
 
-from qarm_audit.engines.profile import BUILTIN, Profile, Rule, load_profile, modelled_releases
+from qarm_audit.engines.profile import (
+    BUILTIN,
+    Profile,
+    Rule,
+    _release_facts,
+    load_profile,
+    modelled_releases,
+)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "engines.md"
 
@@ -113,8 +120,11 @@ def matrix(name: str) -> str:
     """Which rules hold on which release (rules every release has are left out)."""
     releases = modelled_releases(name)
     profiles = {r: load_profile(f"{name}=={r}") for r in releases}
-    head = "| release | commit cited | rules |\n|---|---|---:|\n" + "\n".join(
-        f"| {p.label} | `{p.commit}` | {len(p.rules)} |" for p in profiles.values()
+    pins = {r: ", ".join(_release_facts(name, r).get("requires", [])) or "—" for r in releases}
+    head = "| release | commit cited | rules | kernel libraries pinned |\n|---|---|---:|---|\n"
+    head += "\n".join(
+        f"| {p.label} | `{p.commit}` | {len(p.rules)} | {_cell(pins[r])} |"
+        for r, p in profiles.items()
     )
     keys: dict[tuple[str, str | None, str], set[str]] = {}
     for release, profile in profiles.items():
