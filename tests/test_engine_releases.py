@@ -395,6 +395,8 @@ def test_an_installed_modelled_release_is_used_and_named(machine: Path) -> None:
     assert asked.engine.release_from == "asked" and asked.engine.version == "v0.33.0"
     note = next(n.message for n in asked.notes if n.code == "engine-release-not-modelled")
     assert "vLLM 0.31.0 is installed here and another release was asked for" in note
+    same = audit(str(W4A4), engine="vllm==0.31.0")
+    assert [n.code for n in same.notes if n.code.startswith("engine-")] == ["engine-installed"]
     # sglang is not installed: its profile is the newest, and nothing is said about vllm
     other = audit(str(W4A4), engine="sglang")
     assert other.engine.installed is None and other.engine.release_from == "newest"

@@ -69,6 +69,11 @@ def audit(
 ) -> Report:
     """Audit a checkpoint (a path, a manifest, ``owner/name@sha``, or a loaded Checkpoint).
 
+    ``engine`` is a built-in profile (``vllm``, ``vllm==0.32.0``; a bare name takes the
+    installed release when it is modelled, else the newest), a ``.toml`` path, or a Profile.
+    Without ``gpu``, the machine's GPU is used when one is detected (``engines/detect.py``;
+    ``QARM_GPU=none`` turns that off).
+
     ``routing`` is ``declared``, ``probe`` or ``both`` (the profile's own routing for the arm
     line, plus every module whose arm moves under the other); None takes the profile's own.
 

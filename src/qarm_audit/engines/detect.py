@@ -73,7 +73,8 @@ def engine_notes(profile: Profile, choice: EngineChoice) -> list[Finding]:
     if choice.installed is None:
         return []
     here = f"{profile.engine} {choice.installed} is installed here"
-    if choice.release_from == "installed":
+    release = choice.installed.split("+", 1)[0]
+    if choice.release_from == "installed" or profile.version == f"v{release}":
         return [finding("engine-installed", f"{here}: the arm line is for its release")]
     listed = ", ".join(modelled_releases(profile.name))
     if not choice.modelled:
