@@ -27,6 +27,7 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     ``prioritize_humming``), ``humming_nvfp4_input_schema`` (``HummingNvFp4LinearKernel``
     passes an ``input_schema``: W4A4 checkpoints keep NVFP4 activations where Humming can run
     them), ``humming_mxfp8_input_schema`` (the same of ``HummingMxfp8LinearKernel``),
+    ``b12x_nvfp4_w4a16`` (``init_nvfp4_linear_kernel``'s weight-only kernels include B12X's),
     ``linear_backends`` (the ``LinearBackend`` literal of ``config/kernel.py``); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
     ``--fp4-gemm-backend marlin`` by running weight-only), ``fp4_gemm_backends`` (the
@@ -237,6 +238,16 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
             for node in ast.walk(ast.parse(text))
         )
 
+    init = next(
+        (
+            n
+            for n in ast.walk(ast.parse(linear))
+            if isinstance(n, ast.FunctionDef) and n.name == "init_nvfp4_linear_kernel"
+        ),
+        None,
+    )
+    a16 = ast.get_source_segment(linear, init) or "" if init else ""
+    a16 = a16.split("a16_kernels = (", 1)[1].split(")", 1)[0] if "a16_kernels = (" in a16 else ""
     kernel_config = wheel.read("vllm/config/kernel.py") or ""
     backends = _literal(kernel_config, "LinearBackend")
     return {
@@ -244,6 +255,7 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "humming_priority": bool(preferred) and "prioritize_humming(" in linear,
         "humming_nvfp4_input_schema": schema_passed("nvfp4/humming.py"),
         "humming_mxfp8_input_schema": schema_passed("mxfp8/humming.py"),
+        "b12x_nvfp4_w4a16": "B12xNvFp4W4A16LinearKernel" in a16,
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
     }
 

@@ -473,3 +473,33 @@ def test_the_fp4_gemm_backend_choices_are_the_release_s_own() -> None:
         facts = json.loads((RELEASES / f"sglang-{release}.json").read_text())["facts"]
         choices = load_profile(f"sglang=={release}").env["fp4_gemm_backend"].choices
         assert sorted(choices or []) == sorted(facts["fp4_gemm_backends"])
+
+
+def test_vllm_b12x_weight_only_kernel_exists_from_0_32_0(tmp_path: Path) -> None:
+    block = {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "group_size": 16}
+    documents = {"config.json": {"model_type": "llama", "quantization_config": block}}
+    path = write_checkpoint(
+        tmp_path / "a16", {"model.safetensors": llama(spell=nvfp4_modelopt)}, documents
+    )
+    env = {"linear_backend": "b12x"}
+    new = audit(str(path), gpu="H100", env=env)
+    assert {f.code for f in new.refusals} == {"no-arm"}
+    old = audit(str(path), gpu="H100", env=env, engine="vllm==0.31.0")
+    assert old.refusals == [] and arm(old, "W4A16_NVFP4", "sm90").executed == "W4A16-NVFP4"
+
+
+def test_vllm_relabelled_weight_only_nvfp4_never_takes_a_w4a4_rule(tmp_path: Path) -> None:
+    weights = {"num_bits": 4, "type": "float", "group_size": 16}
+    block = {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "ignore": ["lm_head"],
+        "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+    }
+    documents = {"config.json": {"model_type": "llama", "quantization_config": block}}
+    path = write_checkpoint(
+        tmp_path / "rl", {"model.safetensors": llama(spell=nvfp4_static)}, documents
+    )
+    report = audit(str(path), gpu="B200", env={"linear_backend": "flashinfer_cutedsl"})
+    assert arm(report, "NVFP4", "sm100").executed == "unknown"
