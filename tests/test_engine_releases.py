@@ -476,7 +476,12 @@ def test_the_fp4_gemm_backend_choices_are_the_release_s_own() -> None:
 
 
 def test_vllm_b12x_weight_only_kernel_exists_from_0_32_0(tmp_path: Path) -> None:
-    block = {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "group_size": 16}
+    block = {
+        "quant_method": "modelopt",
+        "quant_algo": "W4A16_NVFP4",
+        "group_size": 16,
+        "ignore": ["lm_head"],
+    }
     documents = {"config.json": {"model_type": "llama", "quantization_config": block}}
     path = write_checkpoint(
         tmp_path / "a16", {"model.safetensors": llama(spell=nvfp4_modelopt)}, documents
