@@ -1,6 +1,8 @@
 """Derive vLLM's own layer tree per architecture from a released wheel, by reading its source.
 
-Regenerate (the JSON is committed under ``src/qarm_audit/layers/facts/``)::
+Regenerate, once per modelled release (the JSON is committed under
+``src/qarm_audit/layers/facts/``, one ``vllm-<release>.json`` each; the profile of a release
+names its own with ``layers = "vllm-{release}"``)::
 
     pip download --no-deps vllm==X -d DIR && python scripts/derive_engine_layers.py DIR/vllm-X-*.whl
     python scripts/derive_engine_layers.py DIR/vllm-X-*.whl --check   # exit 1 and a diff if stale

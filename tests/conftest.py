@@ -198,6 +198,9 @@ def _quiet_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("QARM_DEBUG", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    # the machine's GPU and installed engines never reach a test unless it asks for them
+    monkeypatch.setenv("QARM_GPU", "none")
+    monkeypatch.setenv("QARM_DETECT_ENGINE", "0")
 
 
 REPO = Path(__file__).resolve().parent.parent

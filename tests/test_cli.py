@@ -72,7 +72,7 @@ def test_json_validates_against_the_published_schema(run) -> None:
     report = json.loads(run("audit", W4A4, "-f", "json").stdout)
     assert set(schema["required"]) <= set(report)
     Report.model_validate(report)
-    assert report["schema_version"] == "1.2"
+    assert report["schema_version"] == "1.3"
     for bucket in ("unlisted", "kv_cache", "unclassified"):
         assert bucket in [b["scheme"] for b in report["buckets"]]
     assert {"scheme", "modules", "declared", "executed", "reason"} <= set(report["arms"][0])

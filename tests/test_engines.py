@@ -3,6 +3,7 @@ engine's own refusals, the routing A/B, and user profiles."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -35,6 +36,7 @@ from qarm_audit.engines.profile import (
     View,
     holds,
     load_profile,
+    modelled_releases,
     select,
 )
 from qarm_audit.errors import ExitCode, ProfileError, QarmError
@@ -327,6 +329,8 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
             "mxfp8": "W8A8-MXFP8",
             "unquantized": "unquantized",
         }.get(family, "W9A9-OTHER")
+    if algo is None and rule.declared_algo_contains:
+        algo = "MX" + rule.declared_algo_contains[0]
     if algo is None:
         algo = DEFAULT_ALGO.get(arm, "OTHER_ALGO")
     if rule.declared_algo_not and algo in rule.declared_algo_not:
@@ -353,8 +357,11 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
     kinds = [(family, arm, algo)]
     if not (rule.declared_family or rule.declared_arm or rule.declared_algo):
         kinds = [("nvfp4", "W4A4-NVFP4", "NVFP4"), (family, arm, algo)]
+    files = rule.declaration_file or ["hf_quant_config.json", "config.json"]
     out = []
-    for (family, arm, algo), producer, mixed_ in itertools.product(kinds, producers, mixes):
+    for (family, arm, algo), producer, mixed_, file in itertools.product(
+        kinds, producers, mixes, files
+    ):
         if rule.declared_algo_not and algo in rule.declared_algo_not:
             algo = "OTHER_ALGO"
         module = (
@@ -369,7 +376,9 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
             declared_strategy=rule.declared_strategy[0] if rule.declared_strategy else "tensor",
             producer=producer,
             mixed=bool(mixed_),
+            mixed_nvfp4=rule.mixed_nvfp4 if rule.mixed_nvfp4 is not None else True,
             declaration_form=rule.declaration_form[0] if rule.declaration_form else "flat",
+            declaration_file=file,
             groups_weight_only=bool(rule.groups_weight_only),
             module=module,
             shipped=rule.shipped[0] if rule.shipped else family,
@@ -402,6 +411,8 @@ def flips(profile: Profile, rule: Rule) -> list[tuple[str, View, dict[str, str],
         out.append(("declared_algo", with_(declared_algo="ZZZ"), env, gpu))
     if rule.declared_algo_not is not None:
         out.append(("declared_algo_not", with_(declared_algo=rule.declared_algo_not[0]), env, gpu))
+    if rule.declared_algo_contains is not None:
+        out.append(("declared_algo_contains", with_(declared_algo="ZZZ"), env, gpu))
     if rule.declared_arm is not None:
         out.append(("declared_arm", with_(declared_arm="zzz"), env, gpu))
     if rule.declared_strategy is not None:
@@ -410,6 +421,10 @@ def flips(profile: Profile, rule: Rule) -> list[tuple[str, View, dict[str, str],
         out.append(("producer", with_(producer="zzz"), env, gpu))
     if rule.mixed is not None:
         out.append(("mixed", with_(mixed=not rule.mixed), env, gpu))
+    if rule.mixed_nvfp4 is not None:
+        out.append(("mixed_nvfp4", with_(mixed_nvfp4=not rule.mixed_nvfp4), env, gpu))
+    if rule.declaration_file is not None:
+        out.append(("declaration_file", with_(declaration_file="zzz"), env, gpu))
     if rule.declaration_form is not None:
         out.append(("declaration_form", with_(declaration_form="zzz"), env, gpu))
     if rule.groups_weight_only is not None:
@@ -442,10 +457,15 @@ def flips(profile: Profile, rule: Rule) -> list[tuple[str, View, dict[str, str],
     return out
 
 
-RULES = [
-    pytest.param(name, i, id=f"{name}-{i}")
+SPECS = [
+    f"{name}=={release}" if release else name
     for name in BUILTIN
-    for i in range(len(load_profile(name).rules))
+    for release in modelled_releases(name) or [None]
+]
+RULES = [
+    pytest.param(spec, i, id=f"{spec}-{i}")
+    for spec in SPECS
+    for i in range(len(load_profile(spec).rules))
 ]
 
 
@@ -501,25 +521,45 @@ def test_without_a_gpu_the_arm_line_gives_each_range(run) -> None:
     assert executed(report) == {
         ("FP8", "sm80"): "W8A16-FP8",
         ("FP8", "sm89+"): "W8A8-FP8",
-        ("NVFP4", "sm80-sm90"): "W4A16-NVFP4",
+        ("NVFP4", "sm80-sm89"): "W4A16-NVFP4",
+        ("NVFP4", "sm90"): "W4A16-NVFP4",
         ("NVFP4", "sm100+"): "W4A4-NVFP4",
     }
-    marlin = arms(report)[("NVFP4", "sm80-sm90")]
+    marlin = arms(report)[("NVFP4", "sm80-sm89")]
     assert marlin.kernel == "Marlin" and marlin.modules == 193
     assert "no native FP4 below sm100" in marlin.reason
     assert "input_scale shipped on 193/193 but not read on this arm" in marlin.reason
-    assert "native support for FP4" in (marlin.log or "")
+    assert marlin.log == "Using MarlinNvFp4LinearKernel for NVFP4 GEMM"
+    assert "native support for FP4" in (marlin.note or "")
     assert marlin.source and "@4ba787ec9" in marlin.source
     assert "input_scale shipped" not in arms(report)[("NVFP4", "sm100+")].reason
     assert marlin.line().startswith(
         "NVFP4: declared W4A4-NVFP4, input_scale on 193/193 -> executed W4A16-NVFP4 (Marlin) "
-        "on sm80-sm90 [193 modules]"
+        "on sm80-sm89 [193 modules]"
     )
-    differs = [w.message for w in report.warnings if w.code == "declared-arm-differs"]
-    assert any("NVFP4" in m and "on sm80-sm90" in m for m in differs)
+    # what holds on part of the range only is a note; the checkpoint itself is not warned for it
+    assert not [w for w in report.warnings if w.code == "declared-arm-differs"]
+    differs = [n.message for n in report.notes if n.code == "arm-differs-on-some-gpus"]
+    assert any("NVFP4" in m and "on sm80-sm89" in m and "give --gpu" in m for m in differs)
     assert report.refusals == []
     text = run("audit", W4A4).stdout
-    assert "on sm80-sm90" in text and "on sm100+" in text
+    assert "on sm80-sm89" in text and "on sm100+" in text
+
+
+def test_humming_outranks_marlin_on_sm90_from_0_32_0() -> None:
+    hopper = arms(audit(str(W4A4), gpu="H200"))[("NVFP4", "sm90")]
+    assert (hopper.executed, hopper.kernel) == ("W4A16-NVFP4", "Humming")
+    assert hopper.log == "Using HummingNvFp4LinearKernel for NVFP4 GEMM"
+    assert "native support for FP4" not in (hopper.log or "")
+    assert "input-schema fallback" in hopper.reason
+    assert hopper.source and "humming/priority.py@4ba787ec9" in hopper.source
+    for release in ("0.30.0", "0.31.0"):
+        old = arms(audit(str(W4A4), engine=f"vllm=={release}", gpu="H200"))[("NVFP4", "sm90")]
+        assert (old.executed, old.kernel) == ("W4A16-NVFP4", "Marlin")
+    new = arms(audit(str(W4A4), engine="vllm==0.32.0", gpu="H200"))[("NVFP4", "sm90")]
+    assert new.kernel == "Humming" and "@5df63a720" in (new.source or "")
+    # Humming does not change sm80/sm89: it is preferred on sm90 only
+    assert arms(audit(str(W4A4), gpu="sm89"))[("NVFP4", "sm89")].kernel == "Marlin"
 
 
 def test_with_a_gpu_the_arm_line_gives_one_arm() -> None:
@@ -535,7 +575,7 @@ def test_json_is_deterministic_and_carries_the_gpu_column(run) -> None:
     first = run("audit", W4A4, "-f", "json").stdout
     assert first == run("audit", W4A4, "-f", "json").stdout
     rows = json.loads(first)["arms"]
-    assert [r["gpu"] for r in rows] == ["sm80", "sm89+", "sm80-sm90", "sm100+"]
+    assert [r["gpu"] for r in rows] == ["sm80", "sm89+", "sm80-sm89", "sm90", "sm100+"]
     assert json.loads(first)["routing_moves"] is None
     Report.model_validate(json.loads(first))
 
@@ -579,7 +619,7 @@ def test_vllm_vision_tower_bypass_module_excluded_and_mixed_flip_it(tmp_path: Pa
     rows = [a for a in report.arms if a.scheme == "NVFP4"]
     assert {(a.executed, a.modules) for a in rows} == {("W4A4-NVFP4", 14), ("unquantized", 1)}
     bypass = next(a for a in rows if a.executed == "unquantized")
-    assert "vision_tower" in bypass.reason and "L241-251" in (bypass.source or "")
+    assert "vision_tower" in bypass.reason and "L246-251" in (bypass.source or "")
     # excluded: it leaves the arm line (an unquantized module is no declared arm)
     documents = {"hf_quant_config.json": modelopt_file("NVFP4", ["lm_head", tower])}
     tensors = {**llama(spell=nvfp4_static), **vision(tower)}
@@ -623,7 +663,9 @@ def test_vllm_relabels_nvfp4_whose_groups_are_weight_only(tmp_path: Path) -> Non
     assert "re-labels NVFP4 as W4A16_NVFP4" in row.reason
     assert executed(native)[("NVFP4", "sm100")] == "W4A4-NVFP4"
     on_hopper = audit(str(inline(tmp_path, weight_only, nvfp4_static, "a")), gpu="sm90")
-    assert arms(on_hopper)[("NVFP4", "sm90")].kernel == "Marlin"
+    assert arms(on_hopper)[("NVFP4", "sm90")].kernel == "Humming"
+    on_ampere = audit(str(inline(tmp_path, weight_only, nvfp4_static, "a")), gpu="sm80")
+    assert arms(on_ampere)[("NVFP4", "sm80")].kernel == "Marlin"
 
 
 def test_vllm_refuses_a_legacy_file_algo_and_accepts_it_in_config_json(tmp_path: Path) -> None:
@@ -700,10 +742,11 @@ def test_vllm_compressed_tensors_nvfp4(tmp_path: Path) -> None:
     path = inline(tmp_path, block, ct_nvfp4)
     report = audit(str(path))
     assert executed(report) == {
-        ("group_0", "sm80-sm90"): "W4A16-NVFP4",
+        ("group_0", "sm80-sm89"): "W4A16-NVFP4",
+        ("group_0", "sm90"): "W4A16-NVFP4",
         ("group_0", "sm100+"): "W4A4-NVFP4",
     }
-    assert "input_global_scale shipped on 14/14" in arms(report)[("group_0", "sm80-sm90")].reason
+    assert "input_global_scale shipped on 14/14" in arms(report)[("group_0", "sm80-sm89")].reason
 
 
 # --- the engine's wording for fused-shard refusals -------------------------------------------
@@ -846,10 +889,11 @@ def test_sglang_pure_fp8_needs_sm89_unless_mixed(tmp_path: Path, run) -> None:
         '"The quantization method modelopt_fp8 is not supported for the current GPU. '
         'Minimum capability: 89. Current capability: 80."'
     ) in refusal["message"]
-    # no GPU given: the refusal holds on sm80 only, so it is a warning that asks for --gpu
+    # no GPU given: the refusal holds on sm80 only, so it is a note that asks for --gpu
     unknown = audit(str(path), engine="sglang")
-    assert codes(unknown) == []
-    assert "give --gpu to decide" in message(unknown, "no-arm-on-some-gpus")
+    assert codes(unknown) == [] and unknown.verdict == "clean"
+    notes = [n.message for n in unknown.notes if n.code == "no-arm-on-some-gpus"]
+    assert notes and "give --gpu to decide" in notes[0]
     assert executed(unknown) == {("FP8", "sm80"): "none", ("FP8", "sm89+"): "W8A8-FP8"}
     assert run("audit", path, "--engine", "sglang").exit_code == 0
     forced = audit(str(path), engine="sglang", gpu="H100", env={"SGLANG_FORCE_FP8_MARLIN": "1"})
@@ -972,11 +1016,12 @@ def test_every_realworld_declaration_audits_under_vllm(path: Path, run) -> None:
 def test_a_realworld_nvfp4_declaration_gets_both_ranges() -> None:
     report = audit(str(REALWORLD / "trtllm-deepseek-r1-nvfp4" / "hf_quant_config.json"))
     assert executed(report) == {
-        ("NVFP4", "sm80-sm90"): "W4A16-NVFP4",
+        ("NVFP4", "sm80-sm89"): "W4A16-NVFP4",
+        ("NVFP4", "sm90"): "W4A16-NVFP4",
         ("NVFP4", "sm100+"): "W4A4-NVFP4",
     }
     assert (
-        "input_scale (declared static) is not read" in arms(report)[("NVFP4", "sm80-sm90")].reason
+        "input_scale (declared static) is not read" in arms(report)[("NVFP4", "sm80-sm89")].reason
     )
 
 
@@ -996,7 +1041,7 @@ def test_markdown_shows_the_engine_version_routing_and_log(run) -> None:
         "engine profile `vllm` v0.33.0 (routing by declared) (linear_backend=auto), GPU sm90"
         in text
     )
-    assert "  - engine log: `Your GPU does not have native support for FP4" in text
+    assert "  - engine log: `Using HummingNvFp4LinearKernel for NVFP4 GEMM`" in text
     assert render_markdown(audit(str(W4A4))) == render_markdown(audit(str(W4A4)))
     assert render_json(audit(str(W4A4), gpu="sm90")).count('"gpu": "sm90"') == 3
 
@@ -1009,7 +1054,16 @@ def test_plain_modules_never_reach_the_arm_line(tmp_path: Path) -> None:
 
 
 def test_the_docs_list_every_rule_with_its_citation() -> None:
+    """The rule tables and release matrices of docs/engines.md are generated from the
+    profiles (scripts/engine_docs.py) and not stale."""
+    spec = importlib.util.spec_from_file_location(
+        "engine_docs", REPO / "scripts" / "engine_docs.py"
+    )
+    assert spec and spec.loader
+    engine_docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine_docs)
     text = (REPO / "docs" / "engines.md").read_text()
+    assert engine_docs.render(text) == text, "run python scripts/engine_docs.py"
     for name in BUILTIN:
         profile = load_profile(name)
         for rule in profile.rules:

@@ -279,7 +279,7 @@ def test_a_manifest_says_it_has_no_bytes_and_is_not_an_error(run) -> None:
     # 401 input_scale + 193 weight_scale_2 + 208 per-tensor FP8 weight_scale
     assert (probe.candidates, probe.tensors_read, probe.bytes_read) == (802, 0, 0)
     assert {r.status for r in probe.scalars} == {"not-read"}
-    assert [n.code for n in report.notes] == ["scales-not-read"]
+    assert [n.code for n in report.notes if "some-gpus" not in n.code] == ["scales-not-read"]
     result = run("audit", manifest, "--probe-scalars", "-f", "markdown")
     assert result.exit_code == ExitCode.CLEAN
     assert "**Scalar probe**: nothing read (a manifest holds headers only" in result.stdout

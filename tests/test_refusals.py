@@ -122,7 +122,7 @@ def test_nvfp4_declared_with_input_scale_shipped_is_silent(tmp_path: Path) -> No
         )
     )
     assert codes(report) == []
-    assert [n.code for n in report.notes] == ["input-scale-unread"]
+    assert [n.code for n in report.notes if "some-gpus" not in n.code] == ["input-scale-unread"]
 
 
 # --- declared unquantized, shipped quantized ----------------------------------------------

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from .commands.audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
-from .engines.profile import BUILTIN, load_profile
+from .engines.detect import select_engine
+from .engines.profile import BUILTIN
 from .errors import ExitCode, QarmError, UsageError
 from .report import (
     FORMATS,
@@ -147,7 +148,9 @@ def cli() -> None:
     "--engine",
     default=DEFAULT_ENGINE,
     show_default=True,
-    help=f"Engine profile: a built-in name ({', '.join(BUILTIN)}) or a .toml file.",
+    help=f"Engine profile: a built-in name ({', '.join(BUILTIN)}), a release of one "
+    "(vllm==0.32.0; a bare name takes the installed release if modelled, else the newest), "
+    "or a .toml file.",
 )
 @click.option(
     "--env",
@@ -159,7 +162,8 @@ def cli() -> None:
 @click.option(
     "--gpu",
     help="GPU as sm80..sm121 or a name (A100, L40S, H100, H200, B200, RTX 5090, GB10). "
-    "Without it the arm line gives the arm for each capability range.",
+    "Without it the machine's GPU is used if one is detected (QARM_GPU=none turns that off), "
+    "else the arm line gives the arm for each capability range.",
 )
 @click.option(
     "--routing",
@@ -273,7 +277,7 @@ def _audit_command(
         *(load_config_file(config_file) if config_file else load_config_ignores(Path.cwd())),
         *parse_cli_ignores(ignore_specs, ignore_reason),
     ]
-    profile = load_profile(engine)
+    select_engine(engine)  # a bad profile or release fails before any source is read
     env = _parse_env(env_pairs)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     to_terminal = fmt == "table" and out.path is None
@@ -285,7 +289,7 @@ def _audit_command(
         try:
             report = audit(
                 source,
-                engine=profile,
+                engine=engine,
                 env=env,
                 gpu=gpu,
                 require_pinned=require_pinned,

@@ -53,6 +53,18 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.INFO,
         "the audit was read from qarm's offline header cache, not from the Hub",
     ),
+    "gpu-detected": (
+        Severity.INFO,
+        "no --gpu was given and the machine's GPU was detected and used",
+    ),
+    "engine-installed": (
+        Severity.INFO,
+        "the engine is installed where qarm runs and its release's profile was used",
+    ),
+    "engine-release-not-modelled": (
+        Severity.INFO,
+        "the engine installed where qarm runs is not the release the arm line is for",
+    ),
     "architecture-not-modelled": (
         Severity.INFO,
         "the engine's layer tree is not modelled for this architecture: generic rules were used",
@@ -94,8 +106,14 @@ CODES: dict[str, tuple[Severity, str]] = {
         "the engine profile executes another arm than the one declared",
     ),
     "no-arm-on-some-gpus": (
-        Severity.WARNING,
-        "with no --gpu given, the engine has no arm for a scheme on part of the GPU range",
+        Severity.INFO,
+        "with no GPU given or detected, the engine has no arm for a scheme on part of the "
+        "GPU range",
+    ),
+    "arm-differs-on-some-gpus": (
+        Severity.INFO,
+        "with no GPU given or detected, the engine executes another arm than the declared one "
+        "on part of the GPU range",
     ),
     # declarations
     "declaration-disagreement": (

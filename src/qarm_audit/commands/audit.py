@@ -14,7 +14,8 @@ from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
-from ..engines.profile import ROUTINGS, Profile, load_profile, resolve_env
+from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
+from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
 from ..layers import build_tree, layer_facts, read_model_config, tree_findings
@@ -68,6 +69,11 @@ def audit(
 ) -> Report:
     """Audit a checkpoint (a path, a manifest, ``owner/name@sha``, or a loaded Checkpoint).
 
+    ``engine`` is a built-in profile (``vllm``, ``vllm==0.32.0``; a bare name takes the
+    installed release when it is modelled, else the newest), a ``.toml`` path, or a Profile.
+    Without ``gpu``, the machine's GPU is used when one is detected (``engines/detect.py``;
+    ``QARM_GPU=none`` turns that off).
+
     ``routing`` is ``declared``, ``probe`` or ``both`` (the profile's own routing for the arm
     line, plus every module whose arm moves under the other); None takes the profile's own.
 
@@ -79,34 +85,57 @@ def audit(
     ``ignores`` move the findings they match to ``Report.ignored`` (see ``policy.py``); a rule
     that matches nothing adds an ``ignore-unmatched`` note.
     """
-    profile = engine if isinstance(engine, Profile) else load_profile(engine)
+    profile, choice = (
+        (engine, EngineChoice()) if isinstance(engine, Profile) else select_engine(engine)
+    )
     settings = resolve_env(profile, dict(env or {}))
     if routing is not None and routing not in ROUTING_CHOICES:
         raise UsageError("--routing", f"{routing!r}: give one of {', '.join(ROUTING_CHOICES)}")
+    machine = engine_notes(profile, choice)
+    gpu_from, option = ("given", "--gpu") if gpu else ("", "--gpu")
+    if not gpu:
+        gpu, via = detect_gpu()
+        if gpu:
+            gpu_from, option = "detected", via
+            machine.append(
+                finding("gpu-detected", f"GPU {gpu} detected ({via}); --gpu overrides it")
+            )
     try:
         capability = parse_gpu(gpu) if gpu else None
     except ValueError as exc:
-        raise UsageError("--gpu", str(exc)) from None
+        raise UsageError(option, str(exc)) from None
+    info = EngineInfo(
+        name=profile.name,
+        version=profile.version,
+        routing="",
+        env=settings,
+        gpu=gpu or None,
+        gpu_from=gpu_from,
+        installed=choice.installed,
+        release_from=choice.release_from,
+    )
     with collector_paused():
         checkpoint = (
             source
             if isinstance(source, Checkpoint)
             else open_source(source, require_pinned=require_pinned, observer=observer)
         )
-        report = _audit(checkpoint, profile, settings, gpu, capability, probe_scalars, routing)
+        report = _audit(checkpoint, profile, info, capability, probe_scalars, routing, machine)
     return apply_ignores(report, ignores)
 
 
 def _audit(
     checkpoint: Checkpoint,
     profile: Profile,
-    env: dict[str, str],
-    gpu_label: str | None,
+    engine: EngineInfo,
     gpu: int | None,
     probe_scalars: bool = False,
     routing: str | None = None,
+    machine: Sequence[Finding] = (),
 ) -> Report:
+    env = engine.env
     integrity, findings = check_integrity(checkpoint)
+    findings.extend(machine)
     declaration = read_declaration(checkpoint.documents)
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
@@ -192,13 +221,7 @@ def _audit(
             kind=origin.kind, location=origin.location, repo=origin.repo, revision=origin.revision
         ),
         declaration=_declaration_info(declaration, kv_shipped),
-        engine=EngineInfo(
-            name=profile.name,
-            version=profile.version,
-            routing=arm_routing,
-            env=env,
-            gpu=gpu_label,
-        ),
+        engine=engine.model_copy(update={"routing": arm_routing}),
         totals=Totals(tensors=len(tensors), modules=len(modules), shards=len(checkpoint.shards)),
         buckets=buckets,
         arms=arms,

@@ -144,6 +144,20 @@ def declared_operands(scheme: Scheme | None, shipped: Iterable[str]) -> frozense
     return frozenset(names)
 
 
+_NVFP4_ENTRY: dict[int, tuple[Mapping[str, str], bool]] = {}
+
+
+def _has_nvfp4_entry(layers: Mapping[str, str]) -> bool:
+    """Whether a MIXED_PRECISION map lists an NVFP4 or W4A16_NVFP4 layer (SGLang upper-cases
+    before it asks); remembered per map, which every module of an audit shares."""
+    hit = _NVFP4_ENTRY.get(id(layers))
+    if hit is None or hit[0] is not layers:
+        found = not {a.upper() for a in set(layers.values())}.isdisjoint(("NVFP4", "W4A16_NVFP4"))
+        _NVFP4_ENTRY.clear()
+        hit = _NVFP4_ENTRY[id(layers)] = (layers, found)
+    return hit[1]
+
+
 def make_view(
     declaration: Declaration,
     scheme: Scheme | None,
@@ -153,7 +167,9 @@ def make_view(
     shipped: Spelling | None,
     operands: Iterable[str],
 ) -> View:
-    mixed = bool(declaration.modelopt is not None and declaration.modelopt.layers is not None)
+    layers = declaration.modelopt.layers if declaration.modelopt is not None else None
+    mixed = layers is not None
+    mixed_nvfp4 = layers is not None and _has_nvfp4_entry(layers)
     names = frozenset(operands)
     if routing == "probe":
         family = shipped.family if shipped is not None else (scheme.family if scheme else "none")
@@ -168,7 +184,9 @@ def make_view(
         declared_strategy=(scheme.weight_strategy or "") if scheme else "",
         producer=scheme.producer if scheme else (declaration.method or ""),
         mixed=mixed and scheme is not None,
+        mixed_nvfp4=mixed_nvfp4 and scheme is not None,
         declaration_form=declaration.form,
+        declaration_file=declaration.source.split(":", 1)[0],
         groups_weight_only=declaration.groups_weight_only,
         module=module,
         shipped=family,
@@ -421,11 +439,15 @@ def _row_findings(
             )
         ]
     if decision.executed not in ("none", UNKNOWN_ARM, decision.declared):
+        # Without a GPU, what holds on part of the range only is a note: a warning is for
+        # what goes wrong on the GPU asked about, or on every GPU.
+        partial = decider.gpu is None and label is not None
         return [
             finding(
-                "declared-arm-differs",
+                "arm-differs-on-some-gpus" if partial else "declared-arm-differs",
                 f"{scheme}: declared {decision.declared} -> executed {decision.executed} on "
-                f"{count} under {profile.label}{where} ({decision.reason})",
+                f"{count} under {profile.label}{where} ({decision.reason})"
+                + ("; give --gpu to decide" if partial else ""),
                 module=first,
             )
         ]
@@ -557,11 +579,31 @@ def quote_load_errors(
     if not profile.load_errors:
         return list(findings)
     by_engine: dict[str, list[ModuleInfo]] = {}  # built on the first quote: most audits have none
+    codes = {q.code for q in profile.load_errors}
     out = []
     for f in findings:
         # The resolver names a shard disagreement about exclusion with the word "excluded"
-        # (and a compressed-tensors one lists the ignored shards as "excluded").
-        cause = "exclude" if "excluded" in f.message else "scheme"
+        # (and a compressed-tensors one lists the ignored shards as "excluded"); shards of one
+        # listed algorithm beside unlisted ones are "unlisted", any other disagreement "scheme".
+        if f.code in codes and not by_engine:
+            for info in modules.values():
+                by_engine.setdefault(info.engine_name, []).append(info)
+        members = by_engine.get(f.module, [])
+        algos = sorted(
+            {
+                memberships[m.name].bucket.upper()
+                for m in members
+                if memberships[m.name].bucket not in (EXCLUDED, UNLISTED)
+            }
+        )
+        unlisted = any(memberships[m.name].bucket == UNLISTED for m in members)
+        cause = (
+            "exclude"
+            if "excluded" in f.message
+            else "unlisted"
+            if unlisted and len(algos) == 1
+            else "scheme"
+        )
         quote = next(
             (
                 q
@@ -575,17 +617,6 @@ def quote_load_errors(
         if quote is None:
             out.append(f)
             continue
-        if not by_engine:
-            for info in modules.values():
-                by_engine.setdefault(info.engine_name, []).append(info)
-        members = by_engine.get(f.module, [])
-        algos = sorted(
-            {
-                memberships[m.name].bucket.upper()
-                for m in members
-                if memberships[m.name].bucket not in (EXCLUDED, UNLISTED)
-            }
-        )
         leaf = f.module.rpartition(".")[2]
         values = {
             "{module}": f.module,
@@ -599,6 +630,9 @@ def quote_load_errors(
                 text = text.replace(key, value)
             extra += f'; {profile.label} raises at load: "{text}"'
         if quote.note:
-            extra += f"; {profile.label}: {quote.note}"
+            note = quote.note
+            for key, value in values.items():
+                note = note.replace(key, value)
+            extra += f"; {profile.label}: {note}"
         out.append(finding(f.code, f.message + extra, module=f.module, tensor=f.tensor))
     return out

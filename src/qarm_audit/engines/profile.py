@@ -9,11 +9,13 @@ may attach the engine's own wording to refusals qarm finds by other means (``loa
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -34,6 +36,8 @@ class EnvVar(BaseModel):
     description: str = ""
     choices: list[str] | None = None
     """The values the engine accepts; ``--env`` outside them is a usage error."""
+    aliases: list[str] = Field(default_factory=list)
+    """Other names ``--env`` accepts for this setting (the engine's own spelling)."""
 
     @model_validator(mode="after")
     def _default_is_a_choice(self) -> EnvVar:
@@ -54,6 +58,12 @@ class Rule(BaseModel):
     """Declared algorithm names, upper-cased (ModelOpt) or group names."""
     declared_algo_not: list[str] | None = None
     """Holds when the declared algorithm (upper-cased) is none of these."""
+    declared_algo_contains: list[str] | None = None
+    """Holds when the declared algorithm, as written, contains any of these (case-sensitive,
+    as SGLang's ``"FP4" in quant_algo``)."""
+    case_sensitive: bool = False
+    """Compare ``declared_algo`` and ``declared_algo_not`` with the algorithm as written, not
+    upper-cased (SGLang's tests are case-sensitive; vLLM upper-cases)."""
     declared_arm: list[str] | None = None
     """Declared arms, in the arm vocabulary (``W4A4-NVFP4``, ``W8A8-FP8``, ...)."""
     declared_strategy: list[str] | None = None
@@ -63,8 +73,14 @@ class Rule(BaseModel):
     """Who wrote the declaration: ``modelopt`` or ``compressed-tensors``."""
     mixed: bool | None = None
     """True when the module's algorithm comes from a ModelOpt MIXED_PRECISION map."""
+    mixed_nvfp4: bool | None = None
+    """True when the module's MIXED_PRECISION map has an ``NVFP4`` or ``W4A16_NVFP4`` entry
+    (any case)."""
     declaration_form: list[str] | None = None
     """``nested`` (a ``quantization`` block, as ``hf_quant_config.json`` writes it) or ``flat``."""
+    declaration_file: list[str] | None = None
+    """The file the declaration was read from: ``config.json`` (its ``quantization_config``,
+    ``text_config`` or ``compression_config``) or ``hf_quant_config.json``."""
     groups_weight_only: bool | None = None
     """True when a ModelOpt declaration carries ``config_groups`` and every group has
     ``input_activations: null``."""
@@ -176,26 +192,136 @@ class Profile(BaseModel):
 
 BUILTIN = ("vllm", "sglang", "name-probe")
 
+RELEASE_FORMAT = "qarm-engine-release/1"
 
-def load_profile(name_or_path: str) -> Profile:
-    """A shipped profile by name, or a user's ``.toml`` file by path."""
-    if name_or_path in BUILTIN:
-        text = (
-            resources.files("qarm_audit.engines.profiles")
-            .joinpath(f"{name_or_path}.toml")
-            .read_text(encoding="utf-8")
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in release.split("."))
+
+
+def modelled_releases(name: str) -> list[str]:
+    """The releases of a built-in engine profile that ``engines/releases/`` holds facts for,
+    oldest first (empty for a profile without releases, such as ``name-probe``)."""
+    root = resources.files("qarm_audit.engines.releases")
+    found = [
+        p.name[len(name) + 1 : -len(".json")]
+        for p in root.iterdir()
+        if p.name.startswith(f"{name}-") and p.name.endswith(".json")
+    ]
+    return sorted(found, key=_version_key)
+
+
+def _release_facts(name: str, release: str) -> dict[str, Any]:
+    text = (
+        resources.files("qarm_audit.engines.releases")
+        .joinpath(f"{name}-{release}.json")
+        .read_text(encoding="utf-8")
+    )
+    data: dict[str, Any] = json.loads(text)
+    if data.get("format") != RELEASE_FORMAT:
+        raise ProfileError(f"{name}=={release}", f"release facts format {data.get('format')!r}")
+    return data
+
+
+def _fill(text: str, release: str, commit: str) -> str:
+    return text.replace("{release}", release).replace("{commit}", commit)
+
+
+def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """A profile template (``{release}``, ``{commit}``, rules gated on ``facts``, citations by
+    ``anchor``) made into one release's profile."""
+    release, commit = facts["release"], facts["commit"]
+    known = facts.get("facts", {})
+    anchors = facts.get("anchors", {})
+    where = f"{data.get('name')}=={release}"
+
+    def item(entry: dict[str, Any]) -> dict[str, Any] | None:
+        entry = dict(entry)
+        gate = entry.pop("facts", {})
+        wanted = entry.pop("anchor", [])
+        if any(known.get(key) != value for key, value in gate.items()):
+            return None
+        for key in ("reason", "note", "log", "error", "text"):
+            if isinstance(entry.get(key), str):
+                entry[key] = _fill(entry[key], release, commit)
+        source = entry.get("source")
+        if isinstance(source, str):
+            path = source.split(" ", 2)[1].split("@", 1)[0] if " " in source else ""
+            lines = [anchors.get(f"{path}#{a}") for a in wanted]
+            if any(line is None for line in lines):
+                missing = [a for a, line in zip(wanted, lines, strict=True) if line is None]
+                raise ProfileError(
+                    where, f"{path} has no {missing}: the rule is not this release's"
+                )
+            entry["source"] = " ".join(
+                [_fill(source, release, commit), ", ".join(map(str, lines))]
+            ).strip()
+        return entry
+
+    out = {k: v for k, v in data.items() if k not in ("rules", "load_errors")}
+    for key in ("description", "layers"):
+        if isinstance(out.get(key), str):
+            out[key] = _fill(out[key], release, commit)
+    if out.get("layers") and out["layers"] not in _layer_facts_available():
+        out["layers"] = ""
+    out["version"] = f"v{release}"
+    out["commit"] = commit
+    out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
+    out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
+    return out
+
+
+def _layer_facts_available() -> set[str]:
+    root = resources.files("qarm_audit.layers").joinpath("facts")
+    return {p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json")}
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``vllm==0.32.0`` -> (``vllm``, ``0.32.0``); ``vllm`` -> (``vllm``, None)."""
+    name, sep, release = spec.partition("==")
+    return name.strip(), (release.strip().removeprefix("v") if sep else None)
+
+
+def load_profile(name_or_path: str, release: str | None = None) -> Profile:
+    """A shipped profile by name (``vllm``, ``vllm==0.32.0``; a bare name is the newest
+    modelled release, or ``release`` when given), or a user's ``.toml`` file by path."""
+    name, asked = split_spec(name_or_path)
+    if name in BUILTIN:
+        return _builtin(name, asked or release)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ProfileError(name_or_path, f"no such profile; built in: {', '.join(BUILTIN)}")
+    return _parse(path.read_text(encoding="utf-8"), name_or_path)
+
+
+@cache
+def _builtin(name: str, release: str | None) -> Profile:
+    text = (
+        resources.files("qarm_audit.engines.profiles")
+        .joinpath(f"{name}.toml")
+        .read_text(encoding="utf-8")
+    )
+    known = modelled_releases(name)
+    if not known:
+        if release is not None:
+            raise ProfileError(f"{name}=={release}", f"{name} has no releases to choose from")
+        return _parse(text, f"profile {name}")
+    chosen = release or known[-1]
+    if chosen not in known:
+        listed = ", ".join(f"{name}=={r}" for r in known)
+        raise ProfileError(
+            f"{name}=={chosen}", f"release {chosen} is not modelled; modelled: {listed}"
         )
-        where = f"profile {name_or_path}"
-    else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ProfileError(name_or_path, f"no such profile; built in: {', '.join(BUILTIN)}")
-        text = path.read_text(encoding="utf-8")
-        where = name_or_path
+    return _parse(text, f"profile {name}=={chosen}", _release_facts(name, chosen))
+
+
+def _parse(text: str, where: str, facts: dict[str, Any] | None = None) -> Profile:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(where, f"not valid TOML: {exc}") from None
+    if facts is not None:
+        data = _for_release(data, facts)
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
@@ -205,6 +331,16 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 def resolve_env(profile: Profile, overrides: dict[str, str]) -> dict[str, str]:
+    alias = {a: key for key, var in profile.env.items() for a in var.aliases}
+    named: dict[str, str] = {}
+    for key, value in overrides.items():
+        canonical = alias.get(key, key)
+        if canonical in named and named[canonical] != value:
+            raise ProfileError(
+                profile.name, f"{key}={value} contradicts {canonical}={named[canonical]}"
+            )
+        named[canonical] = value
+    overrides = named
     unknown = sorted(set(overrides) - set(profile.env))
     if unknown:
         raise ProfileError(
@@ -229,7 +365,9 @@ class View(BaseModel):
     declared_strategy: str = ""
     producer: str = ""
     mixed: bool = False
+    mixed_nvfp4: bool = False
     declaration_form: str = "flat"
+    declaration_file: str = ""
     groups_weight_only: bool = False
     module: str = ""
     shipped: str
@@ -243,16 +381,20 @@ def _env_holds(env: dict[str, str], key: str, wanted: str | list[str]) -> bool:
 
 def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
     """Whether every condition of ``rule`` holds. A GPU condition never holds without a GPU."""
-    algo = view.declared_algo.upper()
+    algo = view.declared_algo if rule.case_sensitive else view.declared_algo.upper()
     checks = (
         rule.declared_family is None or view.declared_family in rule.declared_family,
         rule.declared_algo is None or algo in rule.declared_algo,
         rule.declared_algo_not is None or algo not in rule.declared_algo_not,
+        rule.declared_algo_contains is None
+        or any(part in view.declared_algo for part in rule.declared_algo_contains),
         rule.declared_arm is None or view.declared_arm in rule.declared_arm,
         rule.declared_strategy is None or view.declared_strategy in rule.declared_strategy,
         rule.producer is None or view.producer in rule.producer,
         rule.mixed is None or view.mixed == rule.mixed,
+        rule.mixed_nvfp4 is None or view.mixed_nvfp4 == rule.mixed_nvfp4,
         rule.declaration_form is None or view.declaration_form in rule.declaration_form,
+        rule.declaration_file is None or view.declaration_file in rule.declaration_file,
         rule.groups_weight_only is None or view.groups_weight_only == rule.groups_weight_only,
         rule.module_contains is None or any(s in view.module for s in rule.module_contains),
         rule.shipped is None or view.shipped in rule.shipped,

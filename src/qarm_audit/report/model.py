@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """Bumped to 1.1 for fields added since 1.0, all optional (they have defaults; ``ignored`` is
 one): a 1.0 reader that skips unknown keys reads a 1.1 report. A removed or retyped field would
 make it 2.0."""
@@ -150,6 +150,13 @@ class EngineInfo(_Row):
     """The routing the arm line was computed with: ``declared`` or ``probe``."""
     env: dict[str, str]
     gpu: str | None
+    gpu_from: str = ""
+    """Since 1.3: ``given`` (``--gpu``), ``detected`` (the machine's GPU) or ``""`` (none)."""
+    installed: str | None = None
+    """Since 1.3: the engine's version installed where qarm ran, or null."""
+    release_from: str = ""
+    """Since 1.3: why this release: ``asked`` (``--engine vllm==X``), ``installed``,
+    ``newest`` (none installed, or the installed one is not modelled) or ``file``."""
 
 
 class LayerTreeInfo(_Row):
