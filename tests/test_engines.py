@@ -844,6 +844,12 @@ def test_compressed_tensors_shards_quote_or_say_the_engine_raises_nothing(tmp_pa
     )
     msg = message(audit(str(inline(tmp_path, two, ct_nvfp4, "t"))), "fused-shards-disagree")
     assert "raises nothing here" in msg and "first shard's target" in msg
+    # q and k named, v not: the fused layer matches no target and gets no scheme
+    some = ct_block(
+        {"group_0": w4a4_group([f"model.layers.0.self_attn.{p}" for p in ("q_proj", "k_proj")])}
+    )
+    msg = message(audit(str(inline(tmp_path, some, ct_nvfp4, "s"))), "fused-shards-disagree")
+    assert "raises nothing here" in msg and "the layer gets no scheme" in msg
 
 
 # --- SGLang v0.5.23 ---------------------------------------------------------------------------

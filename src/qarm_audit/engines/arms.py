@@ -583,8 +583,10 @@ def quote_load_errors(
     out = []
     for f in findings:
         # The resolver names a shard disagreement about exclusion with the word "excluded"
-        # (and a compressed-tensors one lists the ignored shards as "excluded"); shards of one
-        # listed algorithm beside unlisted ones are "unlisted", any other disagreement "scheme".
+        # (and a compressed-tensors one lists the ignored shards as "excluded"); a layer left
+        # with no scheme because some shard matched no target is "unlisted", any other
+        # disagreement "scheme". (A MIXED_PRECISION layer with one listed algorithm takes it for
+        # every shard: the resolver raises no disagreement there.)
         if f.code in codes and not by_engine:
             for info in modules.values():
                 by_engine.setdefault(info.engine_name, []).append(info)
@@ -596,14 +598,8 @@ def quote_load_errors(
                 if memberships[m.name].bucket not in (EXCLUDED, UNLISTED)
             }
         )
-        unlisted = any(memberships[m.name].bucket == UNLISTED for m in members)
-        cause = (
-            "exclude"
-            if "excluded" in f.message
-            else "unlisted"
-            if unlisted and len(algos) == 1
-            else "scheme"
-        )
+        unlisted = bool(members) and all(memberships[m.name].bucket == UNLISTED for m in members)
+        cause = "exclude" if "excluded" in f.message else "unlisted" if unlisted else "scheme"
         quote = next(
             (
                 q
