@@ -139,6 +139,7 @@ FaultKind = Literal[
     "ignore_range",  # answer a Range request 200 with the whole file
     "oversize_range",  # answer a Range request 206 with the asked Content-Range, `extra` bytes more
     "gated",  # answer 401 X-Error-Code: GatedRepo whatever the token
+    "drip",  # send the body `drip_bytes` at a time, one piece every `interval` seconds
 ]
 
 _PRE_KINDS: frozenset[str] = frozenset({"status", "rate_limit", "reset", "disconnect", "gated"})
@@ -165,6 +166,8 @@ class Fault:
     keep_bytes: int | None = None
     shift: int = 1
     extra: int = 1
+    interval: float = 0.5
+    drip_bytes: int = 1
     hits: int = 0
 
     @property
@@ -646,15 +649,27 @@ class _Handler(BaseHTTPRequestHandler):
                 ).route()
                 if range_fault is not None:
                     entry.fault = range_fault
-            truncate = None
+            truncate = drip = None
             if method != "HEAD" and resp.length > 0:
                 truncate = next(iter(hub._take_faults({"truncate"}, method, path)), None)
+                drip = next(iter(hub._take_faults({"drip"}, method, path)), None)
             if truncate is not None:
                 entry.fault = "truncate"
+            elif drip is not None:
+                entry.fault = "drip"
             entry.status = resp.status
-            self._send(method, resp, truncate, entry)
+            self._send(method, resp, truncate, entry, drip)
         except (TimeoutError, ConnectionError):
             self.close_connection = True
+
+    def _drip(self, piece: bytes, drip: Fault, entry: _Entry) -> None:
+        """Write ``piece`` a few bytes at a time, waiting ``drip.interval`` before each."""
+        step = max(1, drip.drip_bytes)
+        for at in range(0, len(piece), step):
+            time.sleep(drip.interval)
+            self.hub._count_bytes(entry, len(piece[at : at + step]))
+            self.wfile.write(piece[at : at + step])
+            self.wfile.flush()
 
     def _drop(self, *, abort: bool) -> None:
         self.close_connection = True
@@ -668,7 +683,14 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _send(self, method: str, resp: _Response, truncate: Fault | None, entry: _Entry) -> None:
+    def _send(
+        self,
+        method: str,
+        resp: _Response,
+        truncate: Fault | None,
+        entry: _Entry,
+        drip: Fault | None = None,
+    ) -> None:
         length = resp.length
         self.send_response(resp.status)
         for name, value in resp.headers:
@@ -690,11 +712,15 @@ class _Handler(BaseHTTPRequestHandler):
             if sent >= limit:
                 break
             piece = chunk[: limit - sent]
-            self.hub._count_bytes(entry, len(piece))
+            if drip is None:
+                self.hub._count_bytes(entry, len(piece))
             if not headers_sent:  # headers go out only once the first chunk is counted
                 self.end_headers()
                 headers_sent = True
-            self.wfile.write(piece)
+            if drip is not None:
+                self._drip(piece, drip, entry)
+            else:
+                self.wfile.write(piece)
             sent += len(piece)
         if not headers_sent:
             self.end_headers()
@@ -1391,6 +1417,28 @@ class HubServer:
         self, *, path: str = "*", method: str | None = None, count: int | None = 1
     ) -> Fault:
         return self.add_fault(Fault("ignore_range", path=path, method=method, count=count))
+
+    def drip(
+        self,
+        interval: float = 0.5,
+        drip_bytes: int = 1,
+        *,
+        path: str = "*",
+        method: str | None = None,
+        count: int | None = None,
+    ) -> Fault:
+        """Send bodies ``drip_bytes`` at a time, one piece every ``interval`` seconds (a server
+        that keeps a connection busy far longer than any read timeout would notice)."""
+        return self.add_fault(
+            Fault(
+                "drip",
+                path=path,
+                method=method,
+                count=count,
+                interval=interval,
+                drip_bytes=drip_bytes,
+            )
+        )
 
     def gate(self, *, path: str = "*", method: str | None = None, count: int | None = 1) -> Fault:
         return self.add_fault(Fault("gated", path=path, method=method, count=count))

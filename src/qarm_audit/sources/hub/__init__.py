@@ -27,6 +27,8 @@ huggingface_hub's own. The token is never part of a message.
 
 from __future__ import annotations
 
+import dataclasses
+
 from huggingface_hub import HfApi, constants
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
     build_hf_headers,
@@ -38,7 +40,14 @@ from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin
 from ..index import parse_index
 from . import listing
 from .cache import HeaderCache, read_offline
-from .failures import Context, HubOfflineError, RangeMismatchError, RangeNotHonouredError
+from .deadline import install as install_deadlines
+from .failures import (
+    Context,
+    HubDeadlineError,
+    HubOfflineError,
+    RangeMismatchError,
+    RangeNotHonouredError,
+)
 from .headers import HeaderFetcher, TensorBytes
 from .observer import HubObserver, Silent
 from .retry import RetryPolicy
@@ -47,6 +56,7 @@ from .sizing import Estimator, header_bytes_hint
 __all__ = [
     "RETRY",
     "WORKERS",
+    "HubDeadlineError",
     "HubObserver",
     "HubOfflineError",
     "RangeMismatchError",
@@ -96,6 +106,8 @@ def _read_online(
     ctx: Context, watch: HubObserver, *, pinned: bool, require_pinned: bool
 ) -> Checkpoint:
     policy = RETRY
+    ctx = dataclasses.replace(ctx, deadline=policy.start_deadline())
+    install_deadlines()
     api = HfApi(library_name="qarm-audit", library_version=VERSION)
     headers = build_hf_headers(library_name="qarm-audit", library_version=VERSION)
 
