@@ -570,7 +570,10 @@ def test_offline_audits_from_the_cache(
     assert f"qarm: resolved main -> {spec.sha}" in branch.stderr
     never = run("audit", "org/other@" + "b" * 40)
     assert never.exit_code == 3
-    assert "HF_HUB_OFFLINE is set and no headers of org/other@bbbb" in never.stderr
+    assert (
+        "HF_HUB_OFFLINE is set and the Hub cache holds no file list of org/other@bbbb"
+        in never.stderr
+    )
     unresolved = run("audit", "org/other@dev")
     assert unresolved.exit_code == 3 and "was never resolved online" in unresolved.stderr
     snapshot = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha
@@ -644,7 +647,7 @@ def test_an_edited_offline_header_never_passes_for_the_shard(
     hub(spec)
     assert run("audit", f"org/sharded@{spec.sha}").exit_code in (0, 1)
     huggingface_hub.snapshot_download("org/sharded", revision=spec.sha)  # as `hf download`
-    cached = tmp_path / "hf" / "models--org--sharded" / "qarm-audit" / spec.sha
+    cached = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha / ".qarm-audit"
     header = cached / f"{SHARDS[0]}.header"
     data = bytearray(header.read_bytes())
     data[-1:] = b"\t" if data[-1:] == b" " else b" "  # still a valid header, not the shard's

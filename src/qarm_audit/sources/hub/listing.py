@@ -11,7 +11,7 @@ import dataclasses
 import json
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -142,7 +142,7 @@ def documents(ctx: Context, api: HfApi, policy: RetryPolicy, names: list[str]) -
 
 
 def shard_files(
-    listing: Mapping[str, RepoSibling], index: ShardIndex | None
+    listing: Collection[str], index: ShardIndex | None
 ) -> tuple[list[str], dict[str, list[str]] | None]:
     """The shards to read (the index's, else ``model.safetensors``, else every root
     ``*.safetensors``), and each one's tensor names when an index gives them."""
