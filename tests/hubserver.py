@@ -26,6 +26,10 @@ headers:
   origin, so ``huggingface_hub`` stops following on HEAD and httpx2 drops the
   ``Authorization`` header when it follows the redirect on GET.
 
+``parameter_counts=False`` leaves the ``safetensors`` parameter count out of ``model_info``, as
+Hub-compatible servers other than the Hub answer. Every :class:`RequestRecord` carries when the
+request arrived and when its answer was written (``time.monotonic()``).
+
 Errors carry the ``X-Error-Code`` / ``X-Error-Message`` headers that
 ``huggingface_hub.utils.hf_raise_for_status`` maps to exception classes:
 ``RepoNotFound`` (404, or 401 for a private repo without a valid token) ->
@@ -204,6 +208,8 @@ class RequestRecord:
     body_bytes: int  # response body bytes actually written to the socket
     fault: str | None  # kind of the (non-latency) fault applied, if any
     authorization: bool  # whether an Authorization header was sent
+    arrived: float = 0.0  # time.monotonic() when the request arrived
+    answered: float = 0.0  # time.monotonic() when the answer was written (or dropped)
 
 
 @dataclass
@@ -219,6 +225,8 @@ class _Entry:
     body_bytes: int = 0
     fault: str | None = None
     generation: int = 0
+    arrived: float = field(default_factory=time.monotonic)
+    answered: float = 0.0
 
     def freeze(self) -> RequestRecord:
         return RequestRecord(
@@ -230,6 +238,8 @@ class _Entry:
             body_bytes=self.body_bytes,
             fault=self.fault,
             authorization=self.authorization,
+            arrived=self.arrived,
+            answered=self.answered or self.arrived,
         )
 
 
@@ -661,6 +671,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(method, resp, truncate, entry, drip)
         except (TimeoutError, ConnectionError):
             self.close_connection = True
+        finally:
+            with suppress(OSError):
+                self.wfile.flush()
+            entry.answered = time.monotonic()
 
     def _drip(self, piece: bytes, drip: Fault, entry: _Entry) -> None:
         """Write ``piece`` a few bytes at a time, waiting ``drip.interval`` before each."""
@@ -896,7 +910,7 @@ class _Router:
                 else:
                     sibling["blobId"] = blob.git_sha1
             siblings.append(sibling)
-            if path.endswith(".safetensors"):
+            if path.endswith(".safetensors") and self.hub.parameter_counts:
                 params.update(_safetensors_parameters(blob))
         owner = spec.repo_id.split("/")[0] if "/" in spec.repo_id else None
         data: dict[str, Any] = {
@@ -919,7 +933,7 @@ class _Router:
         config = self.json_file(spec, sha, "config.json")
         if isinstance(config, dict):
             data["config"] = {k: config[k] for k in ("architectures", "model_type") if k in config}
-        if params:
+        if params and self.hub.parameter_counts:
             data["safetensors"] = {"parameters": dict(params), "total": sum(params.values())}
         expand = self.params.get("expand") or self.params.get("expand[]")
         if expand:
@@ -1218,6 +1232,7 @@ class HubServer:
         cdn_host: str = "localhost",
         latency: float = 0.0,
         tree_page_size: int = 1000,
+        parameter_counts: bool = True,
     ) -> None:
         self._lock = threading.Lock()
         self._repos: dict[str, RepoSpec] = {}
@@ -1233,6 +1248,9 @@ class HubServer:
         self.cdn_redirect = cdn_redirect
         self.cdn_host = cdn_host
         self.tree_page_size = tree_page_size
+        self.parameter_counts = parameter_counts
+        """Whether ``model_info`` reports the safetensors parameter count (``safetensors``), as
+        the Hub does; Hub-compatible servers often do not."""
         for repo_id, spec in (repos or {}).items():
             if repo_id != spec.repo_id:
                 raise ValueError(f"key {repo_id!r} != RepoSpec.repo_id {spec.repo_id!r}")

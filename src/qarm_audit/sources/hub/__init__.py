@@ -130,7 +130,9 @@ def _read_online(
             ctx.location, "holds no declaration document and no .safetensors file"
         )
 
-    hint = header_bytes_hint(info.safetensors, shards)
+    hint = header_bytes_hint(
+        info.safetensors, shards, index.total_size if index is not None else None
+    )
     estimator = Estimator(names_by_shard, hint, shards=len(shards))
     cache = HeaderCache.for_sha(ctx.repo, sha)
     fetcher = HeaderFetcher(
