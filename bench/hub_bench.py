@@ -1,20 +1,23 @@
-"""Benchmark: ``qarm audit owner/name@sha`` against huggingface_hub's own header reader.
+"""Benchmark: the process ``qarm audit owner/name@sha -f json`` against a process running
+huggingface_hub's own header reader, ``HfApi().get_safetensors_metadata(repo, revision=sha)``.
 
 A DeepSeek-V3-0324-shaped NVFP4 checkpoint (61 layers, 256 routed experts, ModelOpt NVFP4 with
 the real ``hf_quant_config.json`` from tests/data/realworld) is split into 163 shards and served
-by ``tests/hubserver.HubServer`` with an injected latency per request. Every shard is a
-``SparseFile``: its header is real, its tensor data is zeros that are never materialised.
+by ``tests/hubserver.HubServer``, unmodified, in a child process, with an injected latency per
+request and (by default) without the ``safetensors`` parameter count in ``model_info``, as
+Hub-compatible servers answer. Every shard is a ``SparseFile``: its header is real, its tensor
+data is zeros that are never materialised.
 
-Measured in the same run, each with a fresh Hub cache and a fresh connection pool:
+The two processes alternate in one run (qarm first, then the baseline, ``--repeat`` times), each
+with a fresh Hub cache, both pointed at the server by ``HF_ENDPOINT``. For each: wall time of the
+process (interpreter start and imports included), response-body bytes the server sent, requests,
+and round trips (the depth of the chain of requests that waited on each other, noted on the
+client's side by bench/hub_probe.py, which runs each process with huggingface_hub's session
+hooks: the wall time can be no less than round trips x latency).
 
-* qarm: ``open_source("owner/name@sha")`` then ``audit(checkpoint)`` (the whole audit),
-* baseline: ``HfApi(endpoint=...).get_safetensors_metadata(repo, revision=sha)`` alone.
-
-For each: wall time, response-body bytes the server sent, requests, and round trips (the
-longest chain of requests in which each starts after the previous one's answer arrived).
-
-    python bench/hub_bench.py                       # 163 shards, 50 ms per request
-    python bench/hub_bench.py --latency 0 --repeat 3
+    python bench/hub_bench.py --repeat 5                   # 163 shards, 50 ms per request
+    python bench/hub_bench.py --latency 0 --repeat 5
+    python bench/hub_bench.py --parameter-counts           # a server that reports them
     python bench/hub_bench.py --layers 4 --experts 8 --shards 6   # a quick look
 
 Not run by CI (tests/test_hub.py runs it once at a tiny size so that it keeps working).
@@ -29,13 +32,10 @@ import multiprocessing
 import os
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,19 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-import httpx2  # noqa: E402
-from huggingface_hub import HfApi, close_session, get_session  # noqa: E402
-from huggingface_hub.utils import (  # noqa: E402
-    are_progress_bars_disabled,
-    disable_progress_bars,
-    enable_progress_bars,
-)
-
-import hubserver  # noqa: E402
-from hubserver import HubServer, RepoSpec, SparseFile, point_huggingface_hub_at  # noqa: E402
-from qarm_audit.commands.audit import audit  # noqa: E402
-from qarm_audit.sources import hub as qarm_hub  # noqa: E402
-from qarm_audit.sources import open_source  # noqa: E402
+from hubserver import HubServer, RepoSpec, SparseFile  # noqa: E402
 from qarm_audit.sources.header import DTYPE_BITS  # noqa: E402
 
 REPO = "bench/deepseek-v3-nvfp4"
@@ -218,71 +206,18 @@ def build(shards: int, layers: int, experts: int) -> Checkpoint:
 
 # -- measuring -------------------------------------------------------------------------------
 
+PROBE = Path(__file__).resolve().parent / "hub_probe.py"
 
-class Timeline:
-    """Client-side (thread, start, answer) of every request through huggingface_hub's session."""
+WORKERS = 16
+"""qarm's range-read workers (``qarm_audit.sources.hub.WORKERS``), for the round-trip floor."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.local = threading.local()
-        self.threads = 0
-        self.starts: dict[int, tuple[int, float]] = {}
-        self.spans: list[tuple[float, float, int]] = []
-
-    def _thread(self) -> int:
-        if not hasattr(self.local, "id"):
-            with self.lock:
-                self.threads += 1
-                self.local.id = self.threads
-        return int(self.local.id)
-
-    def on_request(self, request: httpx2.Request) -> None:
-        thread = self._thread()
-        with self.lock:
-            self.starts[id(request)] = (thread, time.perf_counter())
-
-    def on_response(self, response: httpx2.Response) -> None:
-        now = time.perf_counter()
-        with self.lock:
-            begun = self.starts.pop(id(response.request), None)
-            if begun is not None:
-                self.spans.append((begun[1], now, begun[0]))
-
-    def round_trips(self) -> int:
-        """Depth of the request dependency chain: requests made one after another by a thread
-        are sequential, and a thread's first request comes after every request that was
-        answered before that thread started (the work it was handed was waiting on them)."""
-        spans = sorted(self.spans)
-        first: dict[int, float] = {}
-        for start, _, thread in spans:
-            first.setdefault(thread, start)
-        depth: list[int] = []
-        last: dict[int, int] = {}
-        for i, (_start, _, thread) in enumerate(spans):
-            base = depth[last[thread]] if thread in last else 0
-            for j in range(i):
-                if spans[j][2] != thread and spans[j][1] <= first[thread]:
-                    base = max(base, depth[j])
-            depth.append(base + 1)
-            last[thread] = i
-        return max(depth, default=0)
-
-
-@contextmanager
-def timeline() -> Iterator[Timeline]:
-    close_session()
-    client = get_session()
-    line = Timeline()
-    hooks = client.event_hooks
-    saved = {k: list(v) for k, v in hooks.items()}
-    client.event_hooks = {
-        "request": [*saved.get("request", []), line.on_request],
-        "response": [*saved.get("response", []), line.on_response],
-    }
-    try:
-        yield line
-    finally:
-        close_session()
+BASELINE = (
+    "import sys\n"
+    "from huggingface_hub import HfApi\n"
+    "meta = HfApi().get_safetensors_metadata(sys.argv[1], revision=sys.argv[2])\n"
+    "print(sum(len(f.tensors) for f in meta.files_metadata.values()))\n"
+)
+"""The baseline process: huggingface_hub's own reader of every shard's header."""
 
 
 @dataclass
@@ -291,24 +226,31 @@ class Run:
     bytes: int
     requests: int
     round_trips: int
-    extra: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Server:
-    """The checkpoint behind a HubServer, in a child process (the Hub is not in the client's
-    process: its CPU must not compete with the client's) or, for a quick test, in this one."""
+    """The checkpoint behind an unmodified HubServer, in a child process (the Hub is not on the
+    client's CPU) or, for a quick test, in this one."""
 
-    def __init__(self, shards: int, layers: int, experts: int, latency: float, in_process: bool):
+    def __init__(
+        self,
+        shards: int,
+        layers: int,
+        experts: int,
+        latency: float,
+        parameter_counts: bool,
+        in_process: bool,
+    ) -> None:
         self.in_process = in_process
+        args = (shards, layers, experts, latency, parameter_counts)
         if in_process:
-            self._local = _Served(shards, layers, experts, latency)
+            self._local = _Served(*args)
             self.info = self._local.info
         else:
             ctx = multiprocessing.get_context("spawn")
             self._conn, child = ctx.Pipe()
-            self._proc = ctx.Process(
-                target=_serve, args=(child, shards, layers, experts, latency), daemon=True
-            )
+            self._proc = ctx.Process(target=_serve, args=(child, *args), daemon=True)
             self._proc.start()
             self.info = self._conn.recv()
 
@@ -321,23 +263,24 @@ class Server:
     def close(self) -> None:
         if self.in_process:
             self._local.server.stop()
-            self._local.restore()
         else:
             self._conn.send("stop")
             self._proc.join(timeout=10)
 
 
 class _Served:
-    def __init__(self, shards: int, layers: int, experts: int, latency: float) -> None:
+    def __init__(
+        self, shards: int, layers: int, experts: int, latency: float, parameter_counts: bool
+    ) -> None:
         started = time.perf_counter()
         checkpoint = build(shards, layers, experts)
         spec = RepoSpec.from_files(REPO, checkpoint.files)
-        self.restore = _memoize_parameter_counts()
-        self.server = HubServer({REPO: spec}, latency=latency).start()
-        # The first model_info counts the parameters of every shard; later ones reuse it.
-        with urllib.request.urlopen(f"{self.server.endpoint}/api/models/{REPO}") as answer:
-            answer.read()
-        self.server.reset_counters()
+        self.server = HubServer(
+            {REPO: spec}, latency=latency, parameter_counts=parameter_counts
+        ).start()
+        documents = {
+            name: len(data) for name, data in checkpoint.files.items() if isinstance(data, bytes)
+        }
         self.info = {
             "endpoint": self.server.endpoint,
             "sha": spec.sha,
@@ -345,6 +288,7 @@ class _Served:
             "tensors": checkpoint.tensors,
             "header_bytes": checkpoint.header_bytes,
             "header_lengths": checkpoint.header_lengths,
+            "document_bytes": documents,
             "shard_files": [f for f in checkpoint.files if f.endswith(".safetensors")],
             "build_s": time.perf_counter() - started,
         }
@@ -353,37 +297,20 @@ class _Served:
         if command == "reset":
             self.server.reset_counters()
             return None
+        records = self.server.records
         return {
             "bytes": self.server.bytes_sent,
-            "requests": self.server.request_count,
+            "requests": len(records),
             "by_path": dict(self.server.bytes_by_path),
-            "shard_gets": self.server.count("GET", "*.safetensors"),
+            "shard_gets": sum(1 for r in records if r.path.endswith(".safetensors")),
+            "listing_bytes": sum(r.body_bytes for r in records if r.path.startswith("/api/")),
         }
 
 
-def _memoize_parameter_counts() -> Callable[[], None]:
-    """The Hub answers ``model_info`` from its database; the test server re-parses every shard
-    header for the ``safetensors`` parameter count on each call (a second for this checkpoint).
-    Count once per file instead, so that the listing costs what it costs on the Hub."""
-    counts: dict[int, Any] = {}
-    original = hubserver._safetensors_parameters
-
-    def cached(blob: Any) -> Any:
-        key = id(blob.source)
-        if key not in counts:
-            counts[key] = original(blob)
-        return counts[key]
-
-    hubserver._safetensors_parameters = cached
-
-    def restore() -> None:
-        hubserver._safetensors_parameters = original
-
-    return restore
-
-
-def _serve(conn: Any, shards: int, layers: int, experts: int, latency: float) -> None:
-    served = _Served(shards, layers, experts, latency)
+def _serve(
+    conn: Any, shards: int, layers: int, experts: int, latency: float, parameter_counts: bool
+) -> None:
+    served = _Served(shards, layers, experts, latency, parameter_counts)
     conn.send(served.info)
     try:
         while (command := conn.recv()) != "stop":
@@ -392,50 +319,67 @@ def _serve(conn: Any, shards: int, layers: int, experts: int, latency: float) ->
         served.server.stop()
 
 
+def _environment(endpoint: str, cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(
+        HF_ENDPOINT=endpoint,
+        HF_HUB_CACHE=str(cache),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_TOKEN_PATH=str(cache / "no-token"),
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    )
+    return env
+
+
+def _process(server: Server, command: list[str], cache: Path) -> tuple[Run, str]:
+    """Run ``command`` (``-m module ...`` or ``-c code ...``) as a process of its own, through
+    hub_probe.py, which notes every request's time on the client's side."""
+    server.call("reset")
+    cache.mkdir(parents=True)
+    spans = cache / "spans.json"
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(PROBE), str(spans), *command],
+        env=_environment(server.info["endpoint"], cache),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - start
+    stats = server.call("stats")
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{command[:3]} exited {done.returncode}: {done.stderr[-2000:]}")
+    trips = json.loads(spans.read_text())["round_trips"]
+    return Run(seconds, stats["bytes"], stats["requests"], trips, stats), done.stdout
+
+
 def run_qarm(server: Server, cache: Path) -> Run:
     info = server.info
-    shard_paths = {f"/{REPO}/resolve/{info['sha']}/{f}" for f in info["shard_files"]}
-    with point_huggingface_hub_at(info["endpoint"], cache_dir=cache), timeline() as line:
-        server.call("reset")
-        start = time.perf_counter()
-        checkpoint = open_source(f"{REPO}@{info['sha']}")
-        fetched = time.perf_counter()
-        report = audit(checkpoint)
-        end = time.perf_counter()
-    stats = server.call("stats")
-    documents = sum(n for p, n in stats["by_path"].items() if p not in shard_paths)
-    header_reads = sum(n for p, n in stats["by_path"].items() if p in shard_paths)
-    if report.totals.shards != len(shard_paths):
-        raise SystemExit(f"qarm audited {report.totals.shards} shards of {len(shard_paths)}")
-    return Run(
-        end - start,
-        stats["bytes"],
-        stats["requests"],
-        line.round_trips(),
-        {
-            "fetch_seconds": fetched - start,
-            "compute_seconds": end - fetched,
-            "document_bytes": documents,
-            "header_read_bytes": header_reads,
-            "shard_requests": stats["shard_gets"],
-            "verdict": report.verdict,
-        },
-    )
+    command = ["-m", "qarm_audit", "audit", f"{REPO}@{info['sha']}", "-f", "json"]
+    run, stdout = _process(server, command, cache)
+    report = json.loads(stdout)
+    if report["totals"]["shards"] != info["shards"]:
+        raise SystemExit(f"qarm audited {report['totals']['shards']} shards of {info['shards']}")
+    stats = run.extra
+    run.extra = {
+        "verdict": report["verdict"],
+        "shard_requests": stats["shard_gets"],
+        "listing_bytes": stats["listing_bytes"],
+    }
+    return run
 
 
 def run_baseline(server: Server, cache: Path) -> Run:
     info = server.info
-    with point_huggingface_hub_at(info["endpoint"], cache_dir=cache), timeline() as line:
-        server.call("reset")
-        start = time.perf_counter()
-        api = HfApi(endpoint=info["endpoint"])
-        meta = api.get_safetensors_metadata(REPO, revision=info["sha"])
-        end = time.perf_counter()
-    stats = server.call("stats")
-    tensors = sum(len(f.tensors) for f in meta.files_metadata.values())
-    if tensors != info["tensors"]:
-        raise SystemExit(f"huggingface_hub read {tensors} tensors of {info['tensors']}")
-    return Run(end - start, stats["bytes"], stats["requests"], line.round_trips())
+    command = ["-c", BASELINE, REPO, info["sha"]]
+    run, stdout = _process(server, command, cache)
+    if int(stdout.strip() or 0) != info["tensors"]:
+        raise SystemExit(f"huggingface_hub read {stdout.strip()} tensors of {info['tensors']}")
+    run.extra = {}
+    return run
 
 
 def bench(
@@ -445,31 +389,29 @@ def bench(
     experts: int = 256,
     latency: float = 0.05,
     repeat: int = 1,
+    parameter_counts: bool = False,
     in_process: bool = False,
     out: Any = sys.stdout,
 ) -> dict[str, Any]:
-    bars_were_off = are_progress_bars_disabled()
-    disable_progress_bars()
     qarm_runs: list[Run] = []
     base_runs: list[Run] = []
-    server = Server(shards, layers, experts, latency, in_process)
+    server = Server(shards, layers, experts, latency, parameter_counts, in_process)
     try:
         info = server.info
         with tempfile.TemporaryDirectory(prefix="qarm-hub-bench-") as tmp:
-            for i in range(repeat):
+            for i in range(repeat):  # alternated, each with a fresh Hub cache
                 qarm_runs.append(run_qarm(server, Path(tmp) / f"qarm-{i}"))
                 base_runs.append(run_baseline(server, Path(tmp) / f"hf-{i}"))
     finally:
         server.close()
-        if not bars_were_off:
-            enable_progress_bars()
     q = min(qarm_runs, key=lambda r: r.seconds)
     b = min(base_runs, key=lambda r: r.seconds)
-    workers = qarm_hub.WORKERS
-    documents = 3  # config.json, hf_quant_config.json, model.safetensors.index.json
-    floor = documents + math.ceil(info["shards"] / workers)
-    needed = info["header_bytes"] + int(q.extra["document_bytes"])
+    # listing, then the documents in parallel, then one wave of range reads per WORKERS shards
+    floor = 2 + math.ceil(info["shards"] / WORKERS)
+    needed = info["header_bytes"] + sum(info["document_bytes"].values()) + q.extra["listing_bytes"]
     lengths = info["header_lengths"]
+    q_median = statistics.median(r.seconds for r in qarm_runs)
+    b_median = statistics.median(r.seconds for r in base_runs)
     result = {
         "shards": info["shards"],
         "tensors": info["tensors"],
@@ -479,10 +421,11 @@ def bench(
             int(statistics.median(lengths)),
             max(lengths),
         ],
-        "headers_over_100kB": sum(n + 8 > 100_000 for n in lengths),
         "latency_s": latency,
+        "parameter_counts": parameter_counts,
+        "repeat": repeat,
         "cpus": os.cpu_count(),
-        "workers": workers,
+        "workers": WORKERS,
         "server": "this process" if in_process else "child process",
         "build_s": info["build_s"],
         "qarm": q.__dict__,
@@ -492,9 +435,10 @@ def bench(
             "baseline": [r.seconds for r in base_runs],
         },
         "time_ratio": q.seconds / b.seconds,
-        "fetch_time_ratio": q.extra["fetch_seconds"] / b.seconds,
-        "bytes_ratio": q.bytes / needed,
+        "median_time_ratio": q_median / b_median,
+        "bytes_ratio": max(r.bytes for r in qarm_runs) / needed,
         "bytes_needed": needed,
+        "round_trips_max": max(r.round_trips for r in qarm_runs),
         "round_trip_floor": floor,
     }
     _table(result, out)
@@ -504,23 +448,18 @@ def bench(
 def _table(r: dict[str, Any], out: Any) -> None:
     q, b = r["qarm"], r["baseline"]
     lo, mid, hi = r["header_length_min_median_max"]
+    counts = "with" if r["parameter_counts"] else "without"
     print(
         f"{r['shards']} shards, {r['tensors']} tensors, headers {lo}/{mid}/{hi} bytes "
-        f"(min/median/max; {r['headers_over_100kB']} over 100 kB), {r['header_bytes']} header "
-        f"bytes in all; {r['latency_s'] * 1000:g} ms per request; {r['cpus']} CPUs; "
-        f"qarm workers {r['workers']}; server in {r['server']}; qarm verdict "
-        f"{r['qarm']['extra']['verdict']}",
+        f"(min/median/max), {r['header_bytes']} header bytes in all; "
+        f"{r['latency_s'] * 1000:g} ms per request; server {counts} parameter counts, in "
+        f"{r['server']}; {r['cpus']} CPUs; {r['repeat']} alternated runs of each; qarm verdict "
+        f"{q['extra']['verdict']}",
         file=out,
     )
     rows = [
-        ("wall time (s)", f"{q['seconds']:.3f}", f"{b['seconds']:.3f}", r["time_ratio"]),
-        (
-            "  qarm fetch only (s)",
-            f"{q['extra']['fetch_seconds']:.3f}",
-            f"{b['seconds']:.3f}",
-            r["fetch_time_ratio"],
-        ),
-        ("  qarm audit compute (s)", f"{q['extra']['compute_seconds']:.3f}", "", None),
+        ("process wall time (s)", f"{q['seconds']:.3f}", f"{b['seconds']:.3f}", r["time_ratio"]),
+        ("  median (s)", "", "", r["median_time_ratio"]),
         ("bytes received", str(q["bytes"]), str(b["bytes"]), q["bytes"] / b["bytes"]),
         ("requests", str(q["requests"]), str(b["requests"]), q["requests"] / b["requests"]),
         (
@@ -532,26 +471,29 @@ def _table(r: dict[str, Any], out: Any) -> None:
     ]
     print(f"{'':26}{'qarm':>12}{'huggingface_hub':>18}{'qarm/hf':>10}", file=out)
     for label, a, c, ratio in rows:
-        text = f"{ratio:.2f}" if ratio is not None else ""
-        print(f"{label:26}{a:>12}{c:>18}{text:>10}", file=out)
-    needed = r["bytes_needed"]
+        print(f"{label:26}{a:>12}{c:>18}{ratio:>10.2f}", file=out)
+    print(f"  all qarm     {[round(x, 3) for x in r['all_seconds']['qarm']]}", file=out)
+    print(f"  all baseline {[round(x, 3) for x in r['all_seconds']['baseline']]}", file=out)
+    target = 0.5 if r["latency_s"] > 0 else 1.0
     print("targets:", file=out)
     print(
-        f"  time   qarm whole audit / hf call = {r['time_ratio']:.2f} (target <= 0.50: "
-        f"{'met' if r['time_ratio'] <= 0.5 else 'MISSED'}); fetch only {r['fetch_time_ratio']:.2f}",
+        f"  time   fastest qarm / fastest baseline = {r['time_ratio']:.2f} (target <= "
+        f"{target:.2f}: {'met' if r['time_ratio'] <= target else 'MISSED'}); medians "
+        f"{r['median_time_ratio']:.2f}",
         file=out,
     )
     print(
-        f"  bytes  {q['bytes']} / (headers {r['header_bytes']} + listing and documents "
-        f"{q['extra']['document_bytes']} = {needed}) = {r['bytes_ratio']:.4f} (target <= 1.05: "
+        f"  bytes  most qarm received / (8 + header per shard {r['header_bytes']} + documents "
+        f"and listing {r['bytes_needed'] - r['header_bytes']} = {r['bytes_needed']}) = "
+        f"{r['bytes_ratio']:.4f} (target <= 1.05: "
         f"{'met' if r['bytes_ratio'] <= 1.05 else 'MISSED'})",
         file=out,
     )
-    limit = r["round_trip_floor"] + 3
+    limit = r["round_trip_floor"] + 2
     print(
-        f"  round trips {q['round_trips']} (floor {r['round_trip_floor']} = 3 documents + "
-        f"ceil({r['shards']}/{r['workers']}); target <= {limit}: "
-        f"{'met' if q['round_trips'] <= limit else 'MISSED'})",
+        f"  round trips {q['round_trips']} fastest run, {r['round_trips_max']} at most (floor "
+        f"{r['round_trip_floor']} = listing + documents + ceil({r['shards']}/{r['workers']}); "
+        f"target <= {limit}: {'met' if r['round_trips_max'] <= limit else 'MISSED'})",
         file=out,
     )
 
@@ -562,7 +504,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=61)
     parser.add_argument("--experts", type=int, default=256)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per request")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest is shown")
+    parser.add_argument("--repeat", type=int, default=1, help="alternated runs of each")
+    parser.add_argument(
+        "--parameter-counts",
+        action="store_true",
+        help="the server reports the safetensors parameter count, as the Hub does",
+    )
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     parser.add_argument(
         "--in-process", action="store_true", help="run the server in this process (quicker start)"
@@ -574,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         experts=args.experts,
         latency=args.latency,
         repeat=args.repeat,
+        parameter_counts=args.parameter_counts,
         in_process=args.in_process,
     )
     if args.json:

@@ -26,6 +26,10 @@ headers:
   origin, so ``huggingface_hub`` stops following on HEAD and httpx2 drops the
   ``Authorization`` header when it follows the redirect on GET.
 
+``parameter_counts=False`` leaves the ``safetensors`` parameter count out of ``model_info``, as
+Hub-compatible servers other than the Hub answer. Every :class:`RequestRecord` carries when the
+request arrived and when its answer was written (``time.monotonic()``).
+
 Errors carry the ``X-Error-Code`` / ``X-Error-Message`` headers that
 ``huggingface_hub.utils.hf_raise_for_status`` maps to exception classes:
 ``RepoNotFound`` (404, or 401 for a private repo without a valid token) ->
@@ -139,6 +143,7 @@ FaultKind = Literal[
     "ignore_range",  # answer a Range request 200 with the whole file
     "oversize_range",  # answer a Range request 206 with the asked Content-Range, `extra` bytes more
     "gated",  # answer 401 X-Error-Code: GatedRepo whatever the token
+    "drip",  # send the body `drip_bytes` at a time, one piece every `interval` seconds
 ]
 
 _PRE_KINDS: frozenset[str] = frozenset({"status", "rate_limit", "reset", "disconnect", "gated"})
@@ -165,6 +170,8 @@ class Fault:
     keep_bytes: int | None = None
     shift: int = 1
     extra: int = 1
+    interval: float = 0.5
+    drip_bytes: int = 1
     hits: int = 0
 
     @property
@@ -201,6 +208,8 @@ class RequestRecord:
     body_bytes: int  # response body bytes actually written to the socket
     fault: str | None  # kind of the (non-latency) fault applied, if any
     authorization: bool  # whether an Authorization header was sent
+    arrived: float = 0.0  # time.monotonic() when the request arrived
+    answered: float = 0.0  # time.monotonic() when the answer was written (or dropped)
 
 
 @dataclass
@@ -216,6 +225,8 @@ class _Entry:
     body_bytes: int = 0
     fault: str | None = None
     generation: int = 0
+    arrived: float = field(default_factory=time.monotonic)
+    answered: float = 0.0
 
     def freeze(self) -> RequestRecord:
         return RequestRecord(
@@ -227,6 +238,8 @@ class _Entry:
             body_bytes=self.body_bytes,
             fault=self.fault,
             authorization=self.authorization,
+            arrived=self.arrived,
+            answered=self.answered or self.arrived,
         )
 
 
@@ -646,15 +659,31 @@ class _Handler(BaseHTTPRequestHandler):
                 ).route()
                 if range_fault is not None:
                     entry.fault = range_fault
-            truncate = None
+            truncate = drip = None
             if method != "HEAD" and resp.length > 0:
                 truncate = next(iter(hub._take_faults({"truncate"}, method, path)), None)
+                drip = next(iter(hub._take_faults({"drip"}, method, path)), None)
             if truncate is not None:
                 entry.fault = "truncate"
+            elif drip is not None:
+                entry.fault = "drip"
             entry.status = resp.status
-            self._send(method, resp, truncate, entry)
+            self._send(method, resp, truncate, entry, drip)
         except (TimeoutError, ConnectionError):
             self.close_connection = True
+        finally:
+            with suppress(OSError):
+                self.wfile.flush()
+            entry.answered = time.monotonic()
+
+    def _drip(self, piece: bytes, drip: Fault, entry: _Entry) -> None:
+        """Write ``piece`` a few bytes at a time, waiting ``drip.interval`` before each."""
+        step = max(1, drip.drip_bytes)
+        for at in range(0, len(piece), step):
+            time.sleep(drip.interval)
+            self.hub._count_bytes(entry, len(piece[at : at + step]))
+            self.wfile.write(piece[at : at + step])
+            self.wfile.flush()
 
     def _drop(self, *, abort: bool) -> None:
         self.close_connection = True
@@ -668,7 +697,14 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _send(self, method: str, resp: _Response, truncate: Fault | None, entry: _Entry) -> None:
+    def _send(
+        self,
+        method: str,
+        resp: _Response,
+        truncate: Fault | None,
+        entry: _Entry,
+        drip: Fault | None = None,
+    ) -> None:
         length = resp.length
         self.send_response(resp.status)
         for name, value in resp.headers:
@@ -690,11 +726,15 @@ class _Handler(BaseHTTPRequestHandler):
             if sent >= limit:
                 break
             piece = chunk[: limit - sent]
-            self.hub._count_bytes(entry, len(piece))
+            if drip is None:
+                self.hub._count_bytes(entry, len(piece))
             if not headers_sent:  # headers go out only once the first chunk is counted
                 self.end_headers()
                 headers_sent = True
-            self.wfile.write(piece)
+            if drip is not None:
+                self._drip(piece, drip, entry)
+            else:
+                self.wfile.write(piece)
             sent += len(piece)
         if not headers_sent:
             self.end_headers()
@@ -870,7 +910,7 @@ class _Router:
                 else:
                     sibling["blobId"] = blob.git_sha1
             siblings.append(sibling)
-            if path.endswith(".safetensors"):
+            if path.endswith(".safetensors") and self.hub.parameter_counts:
                 params.update(_safetensors_parameters(blob))
         owner = spec.repo_id.split("/")[0] if "/" in spec.repo_id else None
         data: dict[str, Any] = {
@@ -893,7 +933,7 @@ class _Router:
         config = self.json_file(spec, sha, "config.json")
         if isinstance(config, dict):
             data["config"] = {k: config[k] for k in ("architectures", "model_type") if k in config}
-        if params:
+        if params and self.hub.parameter_counts:
             data["safetensors"] = {"parameters": dict(params), "total": sum(params.values())}
         expand = self.params.get("expand") or self.params.get("expand[]")
         if expand:
@@ -1192,6 +1232,7 @@ class HubServer:
         cdn_host: str = "localhost",
         latency: float = 0.0,
         tree_page_size: int = 1000,
+        parameter_counts: bool = True,
     ) -> None:
         self._lock = threading.Lock()
         self._repos: dict[str, RepoSpec] = {}
@@ -1207,6 +1248,9 @@ class HubServer:
         self.cdn_redirect = cdn_redirect
         self.cdn_host = cdn_host
         self.tree_page_size = tree_page_size
+        self.parameter_counts = parameter_counts
+        """Whether ``model_info`` reports the safetensors parameter count (``safetensors``), as
+        the Hub does; Hub-compatible servers often do not."""
         for repo_id, spec in (repos or {}).items():
             if repo_id != spec.repo_id:
                 raise ValueError(f"key {repo_id!r} != RepoSpec.repo_id {spec.repo_id!r}")
@@ -1391,6 +1435,28 @@ class HubServer:
         self, *, path: str = "*", method: str | None = None, count: int | None = 1
     ) -> Fault:
         return self.add_fault(Fault("ignore_range", path=path, method=method, count=count))
+
+    def drip(
+        self,
+        interval: float = 0.5,
+        drip_bytes: int = 1,
+        *,
+        path: str = "*",
+        method: str | None = None,
+        count: int | None = None,
+    ) -> Fault:
+        """Send bodies ``drip_bytes`` at a time, one piece every ``interval`` seconds (a server
+        that keeps a connection busy far longer than any read timeout would notice)."""
+        return self.add_fault(
+            Fault(
+                "drip",
+                path=path,
+                method=method,
+                count=count,
+                interval=interval,
+                drip_bytes=drip_bytes,
+            )
+        )
 
     def gate(self, *, path: str = "*", method: str | None = None, count: int | None = 1) -> Fault:
         return self.add_fault(Fault("gated", path=path, method=method, count=count))

@@ -6,7 +6,8 @@ partial read. The matrix and its count are in docs/reliability.md.
 
 Request kinds: the file listing (``model_info``), a document download (``hf_hub_download``: HEAD
 then GET), the first range read of a shard header, and the remainder read (the checkpoint is
-served without the Hub's parameter count, so every shard takes exactly two reads).
+served without the Hub's parameter count and its index without total_size, so every shard takes
+exactly two reads).
 """
 
 from __future__ import annotations
@@ -62,7 +63,13 @@ def checkpoint(root: Path, layers: int = 2) -> Path:
         SHARDS[0]: {n: tensors[n] for n in names[:half]},
         SHARDS[1]: {n: tensors[n] for n in names[half:]},
     }
-    return write_checkpoint(root, shards, DOCUMENTS)
+    folder = write_checkpoint(root, shards, DOCUMENTS)
+    # nor the index's total_size, the other figure a first read is sized from
+    index = folder / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    document.pop("metadata", None)
+    index.write_text(json.dumps(document, indent=2))
+    return folder
 
 
 @pytest.fixture(scope="module")

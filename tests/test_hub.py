@@ -142,8 +142,9 @@ def test_sharded_equals_local_audit(hub: Any, run: Any, tmp_path: Path) -> None:
         path = shard_path("org/sharded", spec.sha, file)
         need = 8 + header_length(folder / file)
         # sized from the index's names and the Hub's parameter count: one read, a little slack
+        # (5 % and a byte per entry, a lot on a header this small)
         assert server.count("GET", path) == 1
-        assert need <= server.bytes_by_path[path] <= need * 1.05
+        assert need <= server.bytes_by_path[path] <= need * 1.10
     # listing + (HEAD + GET) x 3 documents + 1 read per shard
     assert server.request_count == len(SHARDS) + 7
 
@@ -154,9 +155,19 @@ def no_parameter_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hubserver, "_safetensors_parameters", lambda blob: Counter())
 
 
+def without_total_size(folder: Path) -> Path:
+    """The folder's index without ``metadata.total_size`` (the other figure a first read can be
+    sized from)."""
+    index = folder / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    document.pop("metadata", None)
+    index.write_text(json.dumps(document, indent=2))
+    return folder
+
+
 @pytest.mark.usefixtures("no_parameter_count")
 def test_without_parameter_count_no_byte_of_tensor_data(hub: Any, run: Any, tmp_path: Path) -> None:
-    folder = sharded(tmp_path)
+    folder = without_total_size(sharded(tmp_path))
     spec = RepoSpec.from_folder("org/sharded", folder)
     server = hub(spec)
     remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
@@ -186,7 +197,7 @@ def test_later_shards_are_sized_from_earlier_headers(
         }
         for i in range(8)
     }
-    folder = write_checkpoint(tmp_path / "eight", shards, DOCUMENTS)
+    folder = without_total_size(write_checkpoint(tmp_path / "eight", shards, DOCUMENTS))
     spec = RepoSpec.from_folder("org/eight", folder)
     server = hub(spec)
     checkpoint = open_source(f"org/eight@{spec.sha}")
@@ -197,6 +208,22 @@ def test_later_shards_are_sized_from_earlier_headers(
         assert server.count("GET", path) == (2 if i < 2 else 1)
         assert need <= server.bytes_by_path[path] <= need * 1.05
     assert server.count("GET", "*.safetensors") == len(shards) + 2
+
+
+@pytest.mark.usefixtures("no_parameter_count")
+def test_the_index_total_size_sizes_the_first_wave(hub: Any, run: Any, tmp_path: Path) -> None:
+    """A server that reports no parameter count: the index's ``total_size`` fixes the bytes of
+    the tensor data, hence of the headers, and the first wave takes one read per shard too."""
+    folder = sharded(tmp_path)
+    spec = RepoSpec.from_folder("org/sharded", folder)
+    server = hub(spec)
+    remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    assert report(remote) == report(run("audit", folder, "--format", "json"))
+    for file in SHARDS:
+        path = shard_path("org/sharded", spec.sha, file)
+        need = 8 + header_length(folder / file)
+        assert server.count("GET", path) == 1
+        assert need <= server.bytes_by_path[path] <= need * 1.10
 
 
 def test_header_cap_applies_and_reads_stay_bounded(hub: Any, run: Any) -> None:
@@ -572,7 +599,10 @@ def test_offline_audits_from_the_cache(
     assert f"qarm: resolved main -> {spec.sha}" in branch.stderr
     never = run("audit", "org/other@" + "b" * 40)
     assert never.exit_code == 3
-    assert "HF_HUB_OFFLINE is set and no headers of org/other@bbbb" in never.stderr
+    assert (
+        "HF_HUB_OFFLINE is set and the Hub cache holds no file list of org/other@bbbb"
+        in never.stderr
+    )
     unresolved = run("audit", "org/other@dev")
     assert unresolved.exit_code == 3 and "was never resolved online" in unresolved.stderr
     snapshot = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha
@@ -599,7 +629,7 @@ def test_bench_runs_at_a_tiny_size(monkeypatch: Any) -> None:
     result = bench.bench(shards=3, layers=3, experts=2, latency=0.01, in_process=True, out=out)
     assert result["shards"] == 3
     assert result["bytes_ratio"] <= 1.05
-    assert result["qarm"]["round_trips"] <= result["round_trip_floor"] + 3
+    assert result["qarm"]["round_trips"] <= result["round_trip_floor"] + 2
     assert "round trips" in out.getvalue()
 
 
@@ -646,7 +676,7 @@ def test_an_edited_offline_header_never_passes_for_the_shard(
     hub(spec)
     assert run("audit", f"org/sharded@{spec.sha}").exit_code in (0, 1)
     huggingface_hub.snapshot_download("org/sharded", revision=spec.sha)  # as `hf download`
-    cached = tmp_path / "hf" / "models--org--sharded" / "qarm-audit" / spec.sha
+    cached = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha / ".qarm-audit"
     header = cached / f"{SHARDS[0]}.header"
     data = bytearray(header.read_bytes())
     data[-1:] = b"\t" if data[-1:] == b" " else b" "  # still a valid header, not the shard's

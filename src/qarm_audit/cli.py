@@ -72,7 +72,12 @@ class _HubStderr:
         say(f"qarm: resolved {revision} -> {sha}")
 
     def headers_started(self, total: int) -> None:
-        if self.bar and total:
+        from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
+            are_progress_bars_disabled,
+        )
+
+        # HF_HUB_DISABLE_PROGRESS_BARS (or disable_progress_bars()) silences qarm's bar too
+        if self.bar and total and not are_progress_bars_disabled():
             self.progress = Progress(
                 TextColumn("reading headers"),
                 BarColumn(),

@@ -51,7 +51,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "offline-cache": (
         Severity.INFO,
-        "the audit was read from qarm's offline header cache, not from the Hub",
+        "the audit was read from the Hub cache (HF_HUB_OFFLINE), not from the Hub",
     ),
     "gpu-detected": (
         Severity.INFO,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from math import prod
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
@@ -42,7 +41,7 @@ from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
 from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
-from ..sources.unread import second_layout, unread_weight_files
+from ..sources.unread import second_layout, unread_of
 
 if TYPE_CHECKING:
     from ..sources.hub import HubObserver
@@ -274,9 +273,9 @@ def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:
         [
             finding(
                 "offline-cache",
-                f"{origin.repo}@{origin.revision} was read from qarm's offline header cache "
-                "(HF_HUB_OFFLINE), not from the Hub: the listing and headers are those an "
-                "earlier online audit stored",
+                f"{origin.repo}@{origin.revision} was read from the Hub cache (HF_HUB_OFFLINE), "
+                "not from the Hub: the file list and headers are those an earlier online audit "
+                "or `hf download` stored",
             )
         ]
         if origin.kind == "hub-offline"
@@ -288,7 +287,7 @@ def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:
 def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
     origin = checkpoint.origin
     read = {shard.file for shard in checkpoint.shards}
-    unread = unread_weight_files(Path(origin.location), read) if origin.kind == "local" else []
+    unread = unread_of(checkpoint)
     listed = ", ".join(unread[:10]) + (f" and {len(unread) - 10} more" if len(unread) > 10 else "")
     tensors = sum(len(shard.tensors) for shard in checkpoint.shards)
     if tensors == 0:

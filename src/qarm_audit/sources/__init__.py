@@ -29,12 +29,45 @@ __all__ = [
 HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[^\s@]+))?$")
 
 
+HUB_URI_PREFIXES = ("hf://", "http://", "https://", "huggingface.co/", "hf.co/")
+"""What makes a SOURCE a Hub URI or web URL, parsed by huggingface_hub's ``parse_hf_uri``."""
+
+
 def parse_hub_spec(spec: str) -> tuple[str, str | None] | None:
-    """``owner/name[@revision]`` -> (repo, revision), or None if it is not of that form."""
+    """``owner/name[@revision]``, ``hf://owner/name[@revision]`` or a Hub web URL
+    (``https://huggingface.co/owner/name/tree/revision``) -> (repo, revision), or None if it is
+    none of those. URIs and URLs are parsed by huggingface_hub's own ``parse_hf_uri`` (on the
+    configured ``HF_ENDPOINT`` too); one that names a dataset, a Space or a file inside the
+    repository is refused by name."""
+    if spec.lower().startswith(HUB_URI_PREFIXES):
+        return _parse_hub_uri(spec)
     match = HUB_SPEC.match(spec)
     if not match:
         return None
     return match["repo"], match["rev"]
+
+
+def _parse_hub_uri(spec: str) -> tuple[str, str | None]:
+    from huggingface_hub import constants, parse_hf_uri
+    from huggingface_hub.errors import HfUriError
+
+    try:
+        uri = parse_hf_uri(spec, endpoint=constants.ENDPOINT)
+    except (HfUriError, ValueError) as exc:
+        raise SourceSpecError(
+            spec, f"is not a Hugging Face Hub URI or URL huggingface_hub can parse: {exc}"
+        ) from None
+    if uri.type != "model":
+        raise SourceSpecError(
+            spec, f"names a {uri.type} repository; qarm audits model repositories"
+        )
+    if uri.path_in_repo:
+        raise SourceSpecError(
+            spec,
+            f"names {uri.path_in_repo!r} inside {uri.id}; qarm audits the whole repository: "
+            f"give hf://{uri.id}" + (f"@{uri.revision}" if uri.revision else ""),
+        )
+    return uri.id, uri.revision
 
 
 def open_source(
@@ -68,7 +101,11 @@ def _open(spec: str, require_pinned: bool, observer: HubObserver | None) -> Chec
         return read_hub(
             hub[0], hub[1], location=spec, require_pinned=require_pinned, observer=observer
         )
-    raise SourceSpecError(spec, "no such file or folder, and not of the form owner/name@revision")
+    raise SourceSpecError(
+        spec,
+        "no such file or folder, and not of the form owner/name@revision, hf://owner/name@revision "
+        "or a Hub URL",
+    )
 
 
 def _check_token() -> None:

@@ -93,6 +93,10 @@ class Checkpoint:
     Never called by a plain audit: without ``--probe-scalars`` only headers are read."""
     derived_index: DerivedIndex | None = None
     """The index as a rule over the headers, from a manifest; see :class:`DerivedIndex`."""
+    listed_files: tuple[str, ...] | None = field(default=None, repr=False)
+    """Every file of the checkpoint as its source lists it (a Hub commit's listing), for
+    naming weight files the audit did not read; None: the source has no listing (a local folder
+    is walked instead, see ``unread.py``)."""
     parsed_index: ShardIndex | None = field(default=None, compare=False, repr=False)
     """``index_text`` as the source already parsed it (to find the shards), kept so the
     integrity check does not parse a million names again."""

@@ -8,9 +8,10 @@ report from calling clean what it never read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from .checkpoint import SINGLE_FILE
+from .checkpoint import SINGLE_FILE, Checkpoint
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 MAX_LISTED = 10_000
@@ -41,6 +42,27 @@ def unread_weight_files(root: Path, read: set[str]) -> list[str]:
         if relative not in read and not relative.startswith("."):
             found.append(relative)
     return found
+
+
+def unread_of(checkpoint: Checkpoint) -> list[str]:
+    """Weight files of the checkpoint the audit did not read: from the source's listing (a Hub
+    commit, online or offline), else by walking a local folder; none for a manifest."""
+    read = {shard.file for shard in checkpoint.shards}
+    if checkpoint.listed_files is not None:
+        return unlisted_weight_files(checkpoint.listed_files, read)
+    if checkpoint.origin.kind in ("local", "hf-cache"):
+        return unread_weight_files(Path(checkpoint.origin.location), read)
+    return []
+
+
+def unlisted_weight_files(listed: Iterable[str], read: set[str]) -> list[str]:
+    """Weight files of a listing (``/`` separators) not in ``read``, sorted, hidden ones left out
+    as for a folder."""
+    return sorted(
+        name
+        for name in set(listed)
+        if name.endswith(WEIGHT_SUFFIXES) and name not in read and not name.startswith(".")
+    )
 
 
 def second_layout(unread: list[str], has_index: bool) -> str | None:

@@ -15,8 +15,9 @@ package's modules:
    checks each answer: ``206`` with exactly the ``Content-Range`` asked for and exactly that many
    bytes; a server that ignores ``Range`` is cut off, never downloaded.
 3. cache.py: every header fetched online is also written under
-   ``<HF_HUB_CACHE>/models--owner--name/qarm-audit/<sha>/``; with ``HF_HUB_OFFLINE=1`` an audit
-   is read from there and from the documents in the Hub cache, or refused with a
+   ``<HF_HUB_CACHE>/models--owner--name/snapshots/<sha>/.qarm-audit/`` with the commit's whole
+   file list; with ``HF_HUB_OFFLINE=1`` offline.py reads the audit from there and from the Hub
+   cache (documents, refs, and the shards ``hf download`` left), or refuses it with a
    :class:`HubOfflineError` naming what is missing.
 
 Retries are huggingface_hub's backoff plus the little retry.py adds (:data:`RETRY`); failures
@@ -26,6 +27,8 @@ huggingface_hub's own. The token is never part of a message.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from huggingface_hub import HfApi, constants
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
@@ -37,16 +40,25 @@ from ...runtime import VERSION
 from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin
 from ..index import parse_index
 from . import listing
-from .cache import HeaderCache, read_offline
-from .failures import Context, HubOfflineError, RangeMismatchError, RangeNotHonouredError
+from .cache import HeaderCache, record_ref
+from .deadline import install as install_deadlines
+from .failures import (
+    Context,
+    HubDeadlineError,
+    HubOfflineError,
+    RangeMismatchError,
+    RangeNotHonouredError,
+)
 from .headers import HeaderFetcher, TensorBytes
 from .observer import HubObserver, Silent
+from .offline import read_offline
 from .retry import RetryPolicy
 from .sizing import Estimator, header_bytes_hint
 
 __all__ = [
     "RETRY",
     "WORKERS",
+    "HubDeadlineError",
     "HubObserver",
     "HubOfflineError",
     "RangeMismatchError",
@@ -96,6 +108,8 @@ def _read_online(
     ctx: Context, watch: HubObserver, *, pinned: bool, require_pinned: bool
 ) -> Checkpoint:
     policy = RETRY
+    ctx = dataclasses.replace(ctx, deadline=policy.start_deadline())
+    install_deadlines()
     api = HfApi(library_name="qarm-audit", library_version=VERSION)
     headers = build_hf_headers(library_name="qarm-audit", library_version=VERSION)
 
@@ -116,7 +130,9 @@ def _read_online(
             ctx.location, "holds no declaration document and no .safetensors file"
         )
 
-    hint = header_bytes_hint(info.safetensors, shards)
+    hint = header_bytes_hint(
+        info.safetensors, shards, index.total_size if index is not None else None
+    )
     estimator = Estimator(names_by_shard, hint, shards=len(shards))
     cache = HeaderCache.for_sha(ctx.repo, sha)
     fetcher = HeaderFetcher(
@@ -126,7 +142,9 @@ def _read_online(
         headers_read = fetcher.fetch(shards)
     finally:
         cache.close()
-    cache.finish(None if ctx.revision.lower() == sha else ctx.revision, names, shards)
+    cache.finish(files, names, shards)
+    if not pinned:
+        record_ref(ctx.repo, ctx.revision, sha)
     return Checkpoint(
         origin=Origin("hub", ctx.location, repo=ctx.repo, revision=sha),
         documents=documents,
@@ -134,4 +152,5 @@ def _read_online(
         shards=tuple(headers_read),
         read_bytes=TensorBytes(fetcher, shards),
         parsed_index=index,
+        listed_files=tuple(sorted(files)),
     )

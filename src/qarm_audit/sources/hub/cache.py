@@ -1,46 +1,47 @@
-"""qarm's header cache under the Hub cache, and the audit read from it offline.
+"""qarm's header cache inside the Hub cache's snapshot, and the audit read offline.
 
-``<HF_HUB_CACHE>/models--owner--name/qarm-audit/``: ``<sha>/<shard>.header`` (the 8-byte prefix
-and the header, exactly as served), ``<sha>/listing.json`` (the documents present, the shards
-with size and LFS sha256) and ``refs/<branch or tag>`` (the sha it pointed at when last read
-online). Written after every online read; read only when ``HF_HUB_OFFLINE`` is set.
+``<HF_HUB_CACHE>/models--owner--name/snapshots/<sha>/.qarm-audit/``: ``<shard>.header`` (the
+8-byte prefix and the header, exactly as served) and ``listing.json`` (every file of the commit,
+the documents present, the shards with size and LFS sha256). It lives in the revision's snapshot,
+so huggingface_hub counts it (``hf cache ls``) and removes it with the revision (``hf cache rm``,
+``hf cache prune``); a branch or tag is recorded in the Hub cache's own ``refs/`` by
+``hf_hub_download`` (listing.py). Written after every online read; read only when
+``HF_HUB_OFFLINE`` is set, together with what ``hf download`` put in the snapshot.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import tempfile
 import threading
-import urllib.parse
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from huggingface_hub import HfApi, constants, try_to_load_from_cache
-from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from huggingface_hub import constants
 from huggingface_hub.file_download import repo_folder_name
 
-from ...errors import HeaderError
-from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin, ShardHeader
-from ..header import length_prefix, parse_header
-from ..index import check_shard_name
-from ..local import read_text
-from .failures import Context, HubOfflineError
-from .listing import SHA
-from .observer import HubObserver
+try:  # huggingface_hub's own writer of refs/<revision> (what hf_hub_download calls)
+    from huggingface_hub.file_download import (
+        _cache_commit_hash_for_specific_revision as _cache_ref,
+    )
+except ImportError:  # pragma: no cover - another huggingface_hub
+    _cache_ref = None  # type: ignore[assignment]
+
 from .ranges import Shard
 
-CACHE_DIR = "qarm-audit"
-"""Folder under ``<HF_HUB_CACHE>/models--owner--name/`` that holds the cached headers."""
+CACHE_DIR = ".qarm-audit"
+"""Folder of a snapshot (``models--o--n/snapshots/<sha>/``) that holds the cached headers; a
+hidden name, which no loader takes for a file of the checkpoint."""
 
-CACHE_FORMAT = "qarm-hub-headers/1"
+CACHE_FORMAT = "qarm-hub-headers/2"
 
 
 class HeaderCache:
-    """``<HF_HUB_CACHE>/models--o--n/qarm-audit/<sha>/``: headers as served, and the listing.
+    """``<HF_HUB_CACHE>/models--o--n/snapshots/<sha>/.qarm-audit/``: headers as served, and the
+    listing.
 
     Writes are best-effort: an unwritable cache never fails an audit. They happen on one
     writer thread of their own, so a worker that read a header goes on to its next read while
@@ -57,7 +58,7 @@ class HeaderCache:
 
     @classmethod
     def for_sha(cls, repo: str, sha: str) -> HeaderCache:
-        return cls(_cache_root(repo) / sha)
+        return cls(_snapshot(repo, sha) / CACHE_DIR)
 
     def store(self, file: str, data: bytes) -> None:
         if not self._ok or self.root is None:
@@ -83,25 +84,42 @@ class HeaderCache:
                 future.result()
             writer.shutdown()
 
-    def finish(self, ref: str | None, documents: Iterable[str], shards: list[Shard]) -> None:
+    def finish(self, files: Iterable[str], documents: Iterable[str], shards: list[Shard]) -> None:
         self.close()
         if not self._ok or self.root is None:
             return
         listing = {
             "format": CACHE_FORMAT,
+            "files": sorted(files),
             "documents": list(documents),
             "shards": [{"file": s.file, "size": s.size, "remote_sha256": s.sha256} for s in shards],
         }
-        written = _write_atomic(self.root / "listing.json", json.dumps(listing).encode())
-        if written and ref is not None:
-            ref_file = self.root.parent / "refs" / urllib.parse.quote(ref, safe="")
-            _write_atomic(ref_file, self.root.name.encode())
+        _write_atomic(self.root / "listing.json", json.dumps(listing).encode())
 
 
-def _cache_root(repo: str) -> Path:
-    return (
-        Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model") / CACHE_DIR
-    )
+def storage_folder(repo: str) -> Path:
+    """``<HF_HUB_CACHE>/models--owner--name``, as huggingface_hub names it."""
+    return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
+
+
+def record_ref(repo: str, ref: str, sha: str) -> None:
+    """Record in the Hub cache's ``refs/`` that ``ref`` (a branch or tag) points at ``sha``, as
+    huggingface_hub does after a download by that name: ``hf cache ls`` shows the ref and
+    ``hf cache prune`` keeps the revision. Every request was made on the sha, so this is the
+    only trace of the name. Best effort, like the rest of the cache."""
+    folder = storage_folder(repo)
+    parts = ref.split("/")
+    if ref.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return  # not a name huggingface_hub would keep under refs/
+    with contextlib.suppress(OSError, ValueError):
+        if _cache_ref is not None:
+            _cache_ref(str(folder), ref, sha)
+        else:  # the same file, written the same way
+            _write_atomic(folder / "refs" / ref, sha.encode())
+
+
+def _snapshot(repo: str, sha: str) -> Path:
+    return storage_folder(repo) / "snapshots" / sha
 
 
 def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> bool:
@@ -120,110 +138,3 @@ def _write_atomic(path: Path, data: bytes, *, make_parent: bool = True) -> bool:
     except OSError:
         return False
     return True
-
-
-def _cached_ref(repo: str, ref: str) -> str | None:
-    """The sha a branch or tag pointed at when last read online (qarm's record, then the Hub
-    cache's own ``refs/``)."""
-    candidates = (
-        _cache_root(repo) / "refs" / urllib.parse.quote(ref, safe=""),
-        _cache_root(repo).parent / "refs" / ref,
-    )
-    for candidate in candidates:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            sha = candidate.read_text().strip().lower()
-            if SHA.fullmatch(sha):
-                return sha
-    return None
-
-
-def read_offline(ctx: Context, *, pinned: bool, watch: HubObserver) -> Checkpoint:
-    """The checkpoint from the Hub cache and qarm's header cache, without a request."""
-    sha = ctx.revision.lower() if pinned else _cached_ref(ctx.repo, ctx.revision)
-    if sha is None:
-        raise HubOfflineError(
-            ctx.location,
-            f"HF_HUB_OFFLINE is set and {ctx.revision!r} of {ctx.repo} was never resolved "
-            "online; name the commit sha, or run once online",
-        )
-    if not pinned:
-        watch.resolved(ctx.revision, sha)
-    ctx = dataclasses.replace(ctx, sha=sha)
-    root = _cache_root(ctx.repo) / sha
-    try:
-        listing = json.loads((root / "listing.json").read_text())
-        if listing.get("format") != CACHE_FORMAT:
-            raise ValueError(listing.get("format"))
-        document_names = [str(n) for n in listing["documents"]]
-        entries = [(str(s["file"]), int(s["size"]), s["remote_sha256"]) for s in listing["shards"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise HubOfflineError(
-            ctx.location,
-            f"HF_HUB_OFFLINE is set and no headers of {ctx.repo}@{sha} are cached (qarm keeps "
-            f"them in {root} after an online audit); run once online, or audit a manifest "
-            "written by `qarm manifest`",
-        ) from None
-    api = HfApi()
-    texts: dict[str, str] = {}
-    for name in document_names:
-        try:
-            path = api.hf_hub_download(ctx.repo, name, revision=sha, local_files_only=True)
-        except (LocalEntryNotFoundError, EntryNotFoundError, OfflineModeIsEnabled):
-            raise HubOfflineError(
-                name,
-                f"HF_HUB_OFFLINE is set and {name} of {ctx.repo}@{sha} is not in the Hub cache",
-            ) from None
-        texts[name] = read_text(Path(path), name)
-    shards: list[ShardHeader] = []
-    watch.headers_started(len(entries))
-    try:
-        for file, size, sha256 in entries:
-            check_shard_name(file, INDEX_FILE)
-            try:
-                data = (root / f"{file}.header").read_bytes()
-            except OSError:
-                raise HubOfflineError(
-                    file,
-                    f"HF_HUB_OFFLINE is set and the header of {file} of {ctx.repo}@{sha} "
-                    f"is not cached in {root}",
-                ) from None
-            length = length_prefix(data[:8], where=file, size=size)
-            if len(data) != 8 + length:
-                raise HeaderError(
-                    file, f"cached header in {root} is {len(data)} bytes, not {8 + length}"
-                )
-            _check_against_snapshot(ctx.repo, sha, file, data)
-            header = parse_header(data[8:], file=file, size=size, header_length=length)
-            shards.append(dataclasses.replace(header, remote_sha256=sha256))
-            watch.header_read(file)
-    finally:
-        watch.headers_finished()
-    return Checkpoint(
-        origin=Origin(OFFLINE_KIND, ctx.location, repo=ctx.repo, revision=sha),
-        documents={n: texts[n] for n in DECLARATION_FILES if n in texts},
-        index_text=texts.get(INDEX_FILE),
-        shards=tuple(shards),
-    )
-
-
-OFFLINE_KIND = "hub-offline"
-"""The source kind of an audit read from qarm's header cache: never taken for an online one."""
-
-
-def _check_against_snapshot(repo: str, sha: str, file: str, cached: bytes) -> None:
-    """Where the Hub cache holds the shard itself (``hf download``), the cached header must be
-    the file's own first bytes: an edited cache never passes for the checkpoint."""
-    found = try_to_load_from_cache(repo, file, revision=sha)
-    if not isinstance(found, str):
-        return
-    try:
-        with open(found, "rb") as handle:
-            real = handle.read(len(cached))
-    except OSError:
-        return
-    if real != cached:
-        raise HubOfflineError(
-            file,
-            f"the header qarm cached for {repo}@{sha} differs from the shard in the Hub cache "
-            f"({found}); the offline cache was edited or is stale: audit online",
-        )

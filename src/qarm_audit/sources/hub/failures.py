@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx2
 from huggingface_hub import constants
@@ -25,6 +26,9 @@ from huggingface_hub.utils import get_token  # type: ignore[attr-defined]  # pub
 
 from ...errors import HubAccessError, HubError, HubNotFoundError, QarmError
 
+if TYPE_CHECKING:
+    from .deadline import Deadline
+
 
 class RangeNotHonouredError(HubError):
     """The server answered a range request with the whole file (HTTP 200); it was not read."""
@@ -38,6 +42,10 @@ class HubOfflineError(HubError):
     """``HF_HUB_OFFLINE`` is set and something the audit needs is not in the cache."""
 
 
+class HubDeadlineError(HubError):
+    """A Hub request, or the audit's Hub reads together, took longer than their deadline."""
+
+
 @dataclass(frozen=True)
 class Context:
     """What a failure message needs to say which of repo, revision or file is at fault."""
@@ -46,6 +54,8 @@ class Context:
     repo: str
     revision: str
     sha: str | None = None
+    deadline: Deadline | None = field(default=None, compare=False, repr=False)
+    """The audit's deadlines (deadline.py); None: a fresh one per request."""
 
 
 class StatusError(Exception):
@@ -80,8 +90,9 @@ def translate(
     ):
         return HubAccessError(
             ctx.location,
-            f"{ctx.repo} is gated or private and the Hub refused access (HTTP {status}); set "
-            "HF_TOKEN to a token that has been granted access to it",
+            f"{ctx.repo} is gated or private and the Hub refused access (HTTP {status}); log in "
+            "with `hf auth login`, or set HF_TOKEN, with a token that has been granted access "
+            "to it",
         )
     if isinstance(exc, RepositoryNotFoundError):
         if status == 404:
@@ -91,7 +102,8 @@ def translate(
         return HubAccessError(
             ctx.location,
             f"repository {ctx.repo} was not found, or it is private or gated (HTTP {status}); "
-            "if it exists, set HF_TOKEN to a token that can read it",
+            "if it exists, log in with `hf auth login` or set HF_TOKEN, with a token that can "
+            "read it",
         )
     if isinstance(exc, RevisionNotFoundError):
         return HubNotFoundError(

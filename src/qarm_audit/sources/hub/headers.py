@@ -88,8 +88,14 @@ class HeaderFetcher:
     def range(self, shard: Shard, start: int, end: int) -> bytes:
         """Bytes ``start..end`` (inclusive) of the shard, retried; failures as qarm errors."""
         return requesting(
-            lambda tries: read_range(
-                shard, start, end, headers=self.headers, policy=self.policy, tries=tries
+            lambda tries, deadline: read_range(
+                shard,
+                start,
+                end,
+                headers=self.headers,
+                policy=self.policy,
+                tries=tries,
+                deadline=deadline,
             ),
             self.policy,
             self.ctx,

@@ -8,9 +8,10 @@ through huggingface_hub's ``http_backoff`` so that its retries are huggingface_h
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,8 +19,7 @@ from huggingface_hub import HfApi, ModelInfo, hf_hub_url
 from huggingface_hub.hf_api import RepoSibling
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
     hf_raise_for_status,
-    http_backoff,
-    silent_tqdm,
+    http_stream_backoff,
     validate_repo_id,
 )
 
@@ -27,10 +27,19 @@ from ...errors import HubError, ShardIndexError, UsageError
 from ..checkpoint import INDEX_FILE, SINGLE_FILE
 from ..index import ShardIndex, check_shard_name
 from ..local import read_text
+from .deadline import RequestDeadline
 from .failures import Context
 from .observer import HubObserver
 from .ranges import Shard
-from .retry import RetryPolicy, backoff, downloading, rate_limited, requesting
+from .retry import (
+    RETRIED_ERRORS,
+    RetryPolicy,
+    backoff,
+    cut_short,
+    downloading,
+    rate_limited,
+    requesting,
+)
 
 SHA = re.compile(r"[0-9a-fA-F]{40}")
 """A full commit sha."""
@@ -45,14 +54,29 @@ def read_listing(
         f"{api.endpoint}/api/models/{ctx.repo}/revision/{urllib.parse.quote(ctx.revision, safe='')}"
     )
 
-    def attempt(tries: int) -> ModelInfo:
-        r = http_backoff(
+    def attempt(tries: int, deadline: RequestDeadline) -> ModelInfo:
+        with http_stream_backoff(
             "GET", url, headers=dict(headers), params={"blobs": True}, **backoff(policy, tries)
-        )
-        if r.status_code == 429:
-            raise rate_limited(r.headers)
-        hf_raise_for_status(r)
-        return ModelInfo(**r.json())  # type: ignore[no-untyped-call]  # as model_info does
+        ) as r:
+            if r.status_code == 429:
+                raise rate_limited(r.headers)
+            if r.status_code >= 400:
+                r.read()
+                hf_raise_for_status(r)
+            try:
+                body = bytearray()
+                for chunk in r.iter_bytes():  # the body as it arrives, against the deadline
+                    deadline.check()
+                    body += chunk
+            except RETRIED_ERRORS as exc:
+                raise cut_short(exc) from exc
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise HubError(ctx.location, "the file listing is not JSON") from None
+        if not isinstance(data, dict):
+            raise HubError(ctx.location, "the file listing is not a JSON object")
+        return ModelInfo(**data)  # type: ignore[no-untyped-call]  # as model_info does
 
     return requesting(attempt, policy, ctx, where=ctx.location, what="reading the file listing")
 
@@ -97,12 +121,12 @@ def documents(ctx: Context, api: HfApi, policy: RetryPolicy, names: list[str]) -
 
     def document(name: str) -> str:
         path = downloading(
-            lambda: api.hf_hub_download(
+            lambda deadline: api.hf_hub_download(
                 ctx.repo,
                 name,
                 revision=ctx.sha,
                 etag_timeout=policy.request_timeout(),
-                tqdm_class=silent_tqdm,
+                tqdm_class=deadline.progress_class(),
             ),
             policy,
             ctx,
@@ -118,7 +142,7 @@ def documents(ctx: Context, api: HfApi, policy: RetryPolicy, names: list[str]) -
 
 
 def shard_files(
-    listing: Mapping[str, RepoSibling], index: ShardIndex | None
+    listing: Collection[str], index: ShardIndex | None
 ) -> tuple[list[str], dict[str, list[str]] | None]:
     """The shards to read (the index's, else ``model.safetensors``, else every root
     ``*.safetensors``), and each one's tensor names when an index gives them."""

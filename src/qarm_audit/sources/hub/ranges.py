@@ -19,6 +19,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
     http_stream_backoff,
 )
 
+from .deadline import RequestDeadline
 from .failures import RangeMismatchError, RangeNotHonouredError, StatusError
 from .retry import RETRIED_ERRORS, Again, RetryPolicy, backoff, cut_short, rate_limited
 
@@ -46,8 +47,10 @@ def read_range(
     headers: Mapping[str, str],
     policy: RetryPolicy,
     tries: int,
+    deadline: RequestDeadline,
 ) -> bytes:
-    """Exactly bytes ``start..end`` (inclusive) of the shard, in at most ``tries`` requests.
+    """Exactly bytes ``start..end`` (inclusive) of the shard, in at most ``tries`` requests,
+    checking ``deadline`` as the bytes arrive.
 
     Raises :class:`~.retry.Again` for what the caller retries: a 429, a body cut short.
     """
@@ -56,12 +59,14 @@ def read_range(
         "GET", shard.url, headers={**headers, "Range": asked}, **backoff(policy, tries)
     ) as response:
         try:
-            return _answer(response, shard, start, end, asked)
+            return _answer(response, shard, start, end, asked, deadline)
         except RETRIED_ERRORS as exc:  # kept from the backoff, which cannot retry it from here
             raise cut_short(exc) from exc
 
 
-def _answer(r: httpx2.Response, shard: Shard, start: int, end: int, asked: str) -> bytes:
+def _answer(
+    r: httpx2.Response, shard: Shard, start: int, end: int, asked: str, deadline: RequestDeadline
+) -> bytes:
     if r.status_code == 429:
         raise rate_limited(r.headers)
     if r.status_code == 200 and not (start == 0 and end == shard.size - 1):
@@ -78,6 +83,7 @@ def _answer(r: httpx2.Response, shard: Shard, start: int, end: int, asked: str) 
     want = end - start + 1
     body = bytearray()
     for chunk in r.iter_bytes():
+        deadline.check()
         body += chunk
         if len(body) > want:
             raise RangeMismatchError(

@@ -42,6 +42,15 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
 )
 
 from ...errors import HubError, QarmError
+from .deadline import (
+    AUDIT_DEFAULT,
+    AUDIT_ENV,
+    REQUEST_DEFAULT,
+    REQUEST_ENV,
+    Deadline,
+    RequestDeadline,
+    seconds_from_env,
+)
 from .failures import Context, scrub, status_of, translate
 
 T = TypeVar("T")
@@ -74,6 +83,19 @@ class RetryPolicy:
     sleep: Callable[[float], None] = time.sleep
     """qarm's own waits (the retries of this module); huggingface_hub's backoff sleeps
     through its own ``time`` module."""
+    request_deadline: float | None = None
+    """Seconds one request may take, its retries included; None: ``QARM_HUB_REQUEST_DEADLINE``,
+    else 300 (deadline.py)."""
+    deadline: float | None = None
+    """Seconds all the Hub reads of one audit may take; None: ``QARM_HUB_DEADLINE``, else 1800."""
+
+    def start_deadline(self) -> Deadline:
+        """The deadlines of an audit starting now."""
+        request, audit = self.request_deadline, self.deadline
+        return Deadline(
+            request if request is not None else seconds_from_env(REQUEST_ENV, REQUEST_DEFAULT),
+            audit if audit is not None else seconds_from_env(AUDIT_ENV, AUDIT_DEFAULT),
+        )
 
     def request_timeout(self) -> float:
         return (
@@ -142,7 +164,7 @@ def describe(exc: Exception) -> str:
 
 
 def requesting(
-    attempt: Callable[[int], T],
+    attempt: Callable[[int, RequestDeadline], T],
     policy: RetryPolicy,
     ctx: Context,
     *,
@@ -150,19 +172,27 @@ def requesting(
     what: str,
     file: str | None = None,
 ) -> T:
-    """``attempt(tries)``: one request through huggingface_hub's backoff (:func:`backoff` with
-    ``tries``), retried here on :class:`Again`; any failure leaves as a :class:`QarmError`."""
+    """``attempt(tries, deadline)``: one request through huggingface_hub's backoff
+    (:func:`backoff` with ``tries``) that checks ``deadline`` as its bytes arrive, retried here
+    on :class:`Again`; any failure leaves as a :class:`QarmError`."""
     return _loop(attempt, policy, ctx, where=where, what=what, file=file, spent=_backoff_gave_up)
 
 
 def downloading(
-    call: Callable[[], T], policy: RetryPolicy, ctx: Context, *, where: str, what: str, file: str
+    call: Callable[[RequestDeadline], T],
+    policy: RetryPolicy,
+    ctx: Context,
+    *,
+    where: str,
+    what: str,
+    file: str,
 ) -> T:
-    """``call()`` (an ``hf_hub_download``), run again only after a failure it did not retry."""
+    """``call(deadline)`` (an ``hf_hub_download``), run again only after a failure it did not
+    retry."""
 
-    def attempt(tries: int) -> T:
+    def attempt(tries: int, deadline: RequestDeadline) -> T:
         try:
-            return call()
+            return call(deadline)
         except Exception as exc:
             reason = _not_retried_by_download(exc)
             if reason is None:
@@ -173,7 +203,7 @@ def downloading(
 
 
 def _loop(
-    attempt: Callable[[int], T],
+    attempt: Callable[[int, RequestDeadline], T],
     policy: RetryPolicy,
     ctx: Context,
     *,
@@ -184,14 +214,19 @@ def _loop(
 ) -> T:
     tries = policy.attempts
     delay = policy.base_delay
+    deadline = (ctx.deadline or policy.start_deadline()).begin(where, what)
     while True:
         try:
-            return attempt(tries)
+            deadline.check()
+            with deadline:
+                return attempt(tries, deadline)
         except QarmError:
             raise
         except Again as again:
+            deadline.check()  # a failure after the deadline is the deadline passing
             failure = again
         except Exception as exc:
+            deadline.check()
             reason = spent(exc)
             if reason is not None:
                 raise HubError(
@@ -210,6 +245,7 @@ def _loop(
                 f"{what}: {failure.reason}, and {failure.asked_by} asks for {wait:g} s, "
                 f"more than the {policy.max_retry_after:g} s qarm waits",
             ) from None
+        deadline.check(wait)
         policy.sleep(wait)
         delay = min(delay * 2, policy.max_delay)
 

@@ -34,7 +34,12 @@ ENTRY_BYTES = 44
 ``:{"dtype":"","shape":[],"data_offsets":[,]}`` and the separating comma."""
 
 MARGIN = 0.01
-"""Relative margin added to a calibrated estimate of a header's length."""
+"""Relative margin added to an estimate learned from this checkpoint's headers."""
+
+HINT_MARGIN = 0.05
+"""Relative margin added to an estimate from the whole checkpoint's average (the first wave):
+a shard's mix of names (embeddings, scalars, experts) moves its bytes per entry a few per cent
+off the average, and a second read costs a round trip where 5 % costs a few kB."""
 
 MAX_ENTRY_BYTES_HINT = 160
 """A hinted figure of bytes per entry above this is not believed (real ones are 50 to 100)."""
@@ -43,17 +48,32 @@ LEARN_SHARDS = 32
 """Headers the estimator learns from (each costs a pass over its entries)."""
 
 
-def header_bytes_hint(safetensors: Any, shards: list[Shard]) -> int | None:
-    """The bytes of all the shards' headers together implied by the Hub's parameter count.
+def header_bytes_hint(
+    safetensors: Any, shards: list[Shard], total_size: int | None = None
+) -> int | None:
+    """The bytes of all the shards' headers together implied by what the tensor data takes.
 
-    ``model_info`` reports the parameters of the repo's safetensors per dtype, so the tensor
-    data takes a known number of bytes and the headers (with their 8-byte prefixes) the rest of
-    the shards' sizes. Only a first-read size: a wrong hint costs an extra read or a few spare
-    bytes, never a wrong answer (and an implausible one is not used).
+    The tensor data takes a known number of bytes, hence the headers (with their 8-byte
+    prefixes) the rest of the shards' sizes. That number comes from the Hub's parameter count per
+    dtype in ``model_info`` (the Hub reports it; Hub-compatible servers often do not), else from
+    the index's ``metadata.total_size`` (the bytes of every tensor, as transformers writes it).
+    Only a first-read size: a wrong hint costs an extra read or a few spare bytes, never a wrong
+    answer (and an implausible one is not used).
     """
-    if not shards or safetensors is None:
+    if not shards:
         return None
-    parameters = getattr(safetensors, "parameters", None)
+    data = _parameter_bytes(safetensors)
+    if data is None and isinstance(total_size, int) and not isinstance(total_size, bool):
+        data = total_size if total_size >= 0 else None
+    if data is None:
+        return None
+    length = sum(s.size - 8 for s in shards) - data
+    return length if 2 * len(shards) <= length <= SPECULATIVE_CAP * len(shards) else None
+
+
+def _parameter_bytes(safetensors: Any) -> int | None:
+    """The bytes of tensor data the Hub's parameter count implies, if it gives one."""
+    parameters = getattr(safetensors, "parameters", None) if safetensors is not None else None
     if not isinstance(parameters, Mapping) or not parameters:
         return None
     bits = 0
@@ -61,8 +81,7 @@ def header_bytes_hint(safetensors: Any, shards: list[Shard]) -> int | None:
         if dtype not in DTYPE_BITS or not isinstance(count, int) or count < 0:
             return None
         bits += count * DTYPE_BITS[dtype]
-    length = sum(s.size - 8 for s in shards) - (bits + 7) // 8
-    return length if 2 * len(shards) <= length <= SPECULATIVE_CAP * len(shards) else None
+    return (bits + 7) // 8
 
 
 class Estimator:
@@ -75,13 +94,14 @@ class Estimator:
     1. From the headers that arrived (the first :data:`LEARN_SHARDS`): per name suffix
        (``weight``, ``weight_scale``, ``input_scale``...: the suffix decides dtype and rank,
        hence most of the length), plus the largest rest (metadata, padding) seen.
-    2. Before any has arrived: from the Hub's parameter count in the listing, which fixes the
-       bytes of all the tensor data, hence of all the headers together (:func:`header_bytes_hint`),
-       spread evenly over the entries.
+    2. Before any has arrived: from the Hub's parameter count in the listing, or the index's
+       ``total_size``, either of which fixes the bytes of all the tensor data, hence of all the
+       headers together (:func:`header_bytes_hint`), spread evenly over the entries, with
+       :data:`HINT_MARGIN`.
     3. Without either: the lower bound, so the first read never reaches tensor data and a second
        read fetches the remainder.
 
-    An estimate from 1 or 2 gets :data:`MARGIN` and one byte per entry on top: most shards take
+    An estimate from 1 gets :data:`MARGIN` and one byte per entry on top: most shards take
     one read, and the bytes past a header stay within a few per cent of it. The first wave (one
     shard per worker) is decided by position to never use 1, so a run's requests do not depend
     on thread timing.
@@ -150,7 +170,7 @@ class Estimator:
                 estimate = int((base + entries + rest) * (1 + MARGIN)) + len(names)
             elif self._per_entry_hint is not None:
                 entries = len(names) * self._per_entry_hint
-                estimate = int((base + entries) * (1 + MARGIN)) + len(names)
+                estimate = int((base + entries) * (1 + HINT_MARGIN)) + len(names)
             else:
                 estimate = base + len(names) * MIN_ENTRY_BYTES
             wanted = 8 + min(estimate, SPECULATIVE_CAP)

@@ -1,0 +1,173 @@
+"""Deadlines for Hub reads: one per request and one for the whole audit.
+
+Timeouts bound each *wait* for bytes; a server that sends one byte now and then never trips them
+and would hold a run forever. A deadline bounds the request as a whole, its retries included:
+
+* every request qarm makes checks the clock as its bytes arrive and before each retry;
+* once an answer's headers have arrived, a timer shuts its connection down when the deadline
+  passes (:func:`install` hooks huggingface_hub's session for that), which also ends a document
+  download that ``hf_hub_download`` reads in 10 MB chunks;
+* any failure after the deadline is reported as the deadline passing.
+
+The run then ends in a :class:`~.failures.HubDeadlineError` (exit 3). A server silent before its
+answer's headers is ended by the per-read timeout (``HF_HUB_DOWNLOAD_TIMEOUT``) instead.
+
+The deadlines are :class:`~.retry.RetryPolicy` fields, else the environment
+(:data:`REQUEST_ENV`, :data:`AUDIT_ENV`, in seconds), else the defaults. They only ever end a run
+that a server holds far beyond any normal read: no verdict depends on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import httpx2
+from huggingface_hub import get_session
+from huggingface_hub.utils import silent_tqdm  # type: ignore[attr-defined]  # public, lazily exported
+
+from ...errors import UsageError
+from .failures import HubDeadlineError
+
+REQUEST_ENV = "QARM_HUB_REQUEST_DEADLINE"
+AUDIT_ENV = "QARM_HUB_DEADLINE"
+REQUEST_DEFAULT = 300.0
+"""Seconds one request may take, retries included (an 80 MB index at 300 kB/s fits)."""
+AUDIT_DEFAULT = 1800.0
+"""Seconds every Hub read of one audit may take together."""
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A positive number of seconds from ``name``, else ``default``; anything else is refused."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(name, f"{raw!r} is not a positive number of seconds")
+    return value
+
+
+class Deadline:
+    """The audit's deadline, and each request's within it."""
+
+    def __init__(
+        self, request: float, audit: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.request_seconds = request
+        self.audit_seconds = audit
+        self.clock = clock
+        self.audit_end = clock() + audit
+
+    def begin(self, where: str, what: str) -> RequestDeadline:
+        """The deadline of a request starting now."""
+        return RequestDeadline(self, self.clock() + self.request_seconds, where, what)
+
+    def left(self) -> float:
+        """Seconds left to the audit."""
+        return self.audit_end - self.clock()
+
+
+_CURRENT = threading.local()
+"""The deadline of the request the calling thread is making, if any."""
+
+
+def install() -> None:
+    """Watch the answers of huggingface_hub's session (once per session): an answer that
+    arrives while a thread runs a request under a deadline is cut off when it passes. Answers
+    to any other request (of the caller's own, say) are left alone."""
+    hooks = get_session().event_hooks
+    if _watch not in hooks.get("response", []):
+        hooks["response"] = [*hooks.get("response", []), _watch]
+
+
+def _watch(response: httpx2.Response) -> None:
+    deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
+    if deadline is not None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            deadline.watch(sock)
+
+
+class RequestDeadline:
+    """One request's deadline (never later than the audit's); a context manager while the
+    request runs in this thread (see :func:`install`)."""
+
+    def __init__(self, owner: Deadline, end: float, where: str, what: str) -> None:
+        self.owner = owner
+        self.end = end
+        self.where = where
+        self.what = what
+        self._timers: list[threading.Timer] = []
+        self._outer: RequestDeadline | None = None
+
+    def __enter__(self) -> RequestDeadline:
+        self._outer = getattr(_CURRENT, "deadline", None)
+        _CURRENT.deadline = self
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _CURRENT.deadline = self._outer
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut ``sock`` down when this deadline passes (at once if it has)."""
+        left = min(self.end, self.owner.audit_end) - self.owner.clock()
+        timer = threading.Timer(max(left, 0.0), _shut, (sock,))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def check(self, wait: float = 0.0) -> None:
+        """Raise once the request's or the audit's deadline has passed (or would, after
+        waiting ``wait`` seconds)."""
+        now = self.owner.clock() + wait
+        if now > self.owner.audit_end:
+            raise HubDeadlineError(
+                self.where,
+                f"{self.what}: the Hub reads of this audit passed their deadline of "
+                f"{self.owner.audit_seconds:g} s ({AUDIT_ENV}); the server is too slow or "
+                "holds the connection open",
+            )
+        if now > self.end:
+            raise HubDeadlineError(
+                self.where,
+                f"{self.what}: the request passed its deadline of "
+                f"{self.owner.request_seconds:g} s ({REQUEST_ENV}); the server is too slow or "
+                "holds the connection open",
+            )
+
+    def progress_class(self) -> type[silent_tqdm]:
+        """A silent progress bar for ``hf_hub_download`` that checks this deadline each time
+        bytes arrive (the one hook its download loop offers)."""
+        deadline = self
+
+        class _DeadlineTqdm(silent_tqdm):
+            def update(self, n: Any = 1) -> Any:
+                deadline.check()
+                return super().update(n)
+
+        return _DeadlineTqdm
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)

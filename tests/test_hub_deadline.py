@@ -1,0 +1,127 @@
+"""Deadlines for Hub reads: a server that drips bytes ends the run in a named error, exit 3.
+
+Each test gives a small deadline (half a second) and a server that sends what is asked in 20
+pieces, one every 0.25 s (ten times the deadline), so the verdict does not depend on how fast the
+machine is; and without the deadline the run would finish, not hang.
+"""
+
+from __future__ import annotations
+
+import struct
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
+from hubserver import HubServer, RepoSpec
+from hubtesting import Sleeps, record_sleeps, serving
+from qarm_audit.sources import open_source
+from qarm_audit.sources.hub import HubDeadlineError
+from qarm_audit.sources.hub.deadline import AUDIT_ENV, REQUEST_ENV
+
+DOCUMENTS = {
+    "config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+    "hf_quant_config.json": modelopt_file("NVFP4", ["lm_head"]),
+}
+DRIP = 0.25
+"""Seconds between two pieces of a dripping answer."""
+PIECES = 20
+
+
+@pytest.fixture(autouse=True)
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
+    return record_sleeps(monkeypatch)
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[Callable[..., HubServer]]:
+    yield from serving(tmp_path)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> RepoSpec:
+    folder = write_checkpoint(
+        tmp_path / "single", {"model.safetensors": dict(llama(1, nvfp4_modelopt))}, DOCUMENTS
+    )
+    return RepoSpec.from_folder("org/slow", folder)
+
+
+def _body_size(server: HubServer, repo: RepoSpec, path: str) -> int:
+    """Bytes qarm asks of ``path``: the listing, a document, or the lone shard's header."""
+    if path.startswith("/api"):
+        url = f"{server.endpoint}/api/models/{repo.repo_id}/revision/{repo.sha}?blobs=true"
+        with urllib.request.urlopen(url) as answer:
+            size = len(answer.read())
+        server.reset_counters()
+        return size
+    file = "model.safetensors" if path.endswith(".safetensors") else path.rsplit("/", 1)[1]
+    source = repo.commits[repo.sha][file]
+    assert isinstance(source, Path)
+    data = source.read_bytes()
+    return 8 + int(struct.unpack("<Q", data[:8])[0]) if file.endswith(".safetensors") else len(data)
+
+
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [
+        ("*.safetensors", "reading bytes 0-"),
+        ("/api/models/*", "reading the file listing"),
+        ("*/config.json", "downloading config.json"),
+    ],
+)
+def test_a_dripping_answer_ends_at_the_request_deadline(
+    hub: Any, run: Any, repo: RepoSpec, monkeypatch: Any, path: str, what: str
+) -> None:
+    monkeypatch.setenv(REQUEST_ENV, "0.5")
+    server = hub(repo)
+    size = _body_size(server, repo, path)
+    server.drip(DRIP, -(-size // PIECES), path=path, method="GET")
+    result = run("audit", f"org/slow@{repo.sha}", "--format", "json")
+    assert result.exit_code == 3
+    assert what in result.stderr
+    assert f"passed its deadline of 0.5 s ({REQUEST_ENV})" in result.stderr
+    assert "Traceback" not in result.stderr
+    # cut off at the deadline, not read to the end and refused after
+    dripped = [r for r in server.records if r.fault == "drip"]
+    assert dripped and all(r.body_bytes < size for r in dripped)
+
+
+def test_the_audit_deadline_bounds_every_read_together(
+    hub: Any, repo: RepoSpec, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(REQUEST_ENV, "600")
+    monkeypatch.setenv(AUDIT_ENV, "0.5")
+    server = hub(repo)
+    server.drip(DRIP, -(-_body_size(server, repo, "*.safetensors") // PIECES), path="*.safetensors")
+    with pytest.raises(HubDeadlineError, match=f"deadline of 0.5 s \\({AUDIT_ENV}\\)"):
+        open_source(f"org/slow@{repo.sha}")
+
+
+def test_a_retry_that_would_wait_past_the_deadline_is_not_waited(
+    hub: Any, repo: RepoSpec, monkeypatch: Any, sleeps: Sleeps
+) -> None:
+    monkeypatch.setenv(AUDIT_ENV, "5")
+    server = hub(repo)
+    server.rate_limit(retry_after=30, path="*.safetensors", count=None)
+    with pytest.raises(HubDeadlineError, match=AUDIT_ENV):
+        open_source(f"org/slow@{repo.sha}")
+    assert 30 not in sleeps.calls
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_a_deadline_that_is_not_a_positive_number_is_refused(
+    hub: Any, run: Any, repo: RepoSpec, monkeypatch: Any, value: str
+) -> None:
+    monkeypatch.setenv(REQUEST_ENV, value)
+    hub(repo)
+    result = run("audit", f"org/slow@{repo.sha}")
+    assert result.exit_code == 2
+    assert REQUEST_ENV in result.stderr
+
+
+def test_ordinary_reads_finish_well_inside_the_defaults(hub: Any, run: Any, repo: RepoSpec) -> None:
+    hub(repo)
+    assert run("audit", f"org/slow@{repo.sha}").exit_code in (0, 1)
