@@ -72,7 +72,7 @@ def test_safetensors_is_a_test_dependency_only() -> None:
     ``TensorSpec`` is 0.8's)."""
     assert "safetensors" not in _imports("src")
     assert "safetensors" not in RUNTIME and TEST["safetensors"] >= Version("0.8")
-    assert {"safetensors", "markdown_it", "numpy"} <= _imports("tests")
+    assert {"safetensors", "markdown_it", "jsonschema", "numpy"} <= _imports("tests")
 
 
 def test_the_ci_runs_the_suite_on_the_lowest_versions() -> None:
