@@ -438,6 +438,14 @@ def test_annotations_are_capped_per_type_with_a_notice(
     assert "operand-missing: all 56 modules" in (workdir / "summary.md").read_text()
 
 
+def test_a_broken_manifest_is_an_error_on_its_file(run, workdir: Path) -> None:
+    broken = workdir / "broken.manifest.json"
+    broken.write_text('{"format": "qarm-manifest/2", "shards": 3}')
+    result = run("audit", broken.name, "-f", "github")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert result.stdout.startswith("::error file=broken.manifest.json,title=qarm error::")
+
+
 def test_the_job_summary_holds_every_source_failed_ones_too(
     run, tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

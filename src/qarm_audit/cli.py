@@ -23,6 +23,7 @@ from .report import (
     render_markdown,
     verdict_line,
 )
+from .report.locate import source_file
 from .report.model import Report
 from .report.output import (
     Output,
@@ -398,7 +399,7 @@ class _AuditRun:
 
     def _failed(self, source: str, exc: QarmError, json_out: Output | None) -> None:
         if self.o.fmt == "github" and self.out.path is None:
-            echo(self.annotations.error(str(exc)))
+            echo(self.annotations.error(str(exc), source_file(source)))
         if self.summary:
             self.summaries.append(render_markdown_error(source, str(exc)) + "\n")
         self.failed += 1

@@ -41,6 +41,15 @@ def locator(report: Report) -> Locate:
     return lambda row: (None, None)
 
 
+def source_file(source: str) -> str | None:
+    """The file a source names, as an annotation's ``file=``; None for anything else."""
+    path = Path(source)
+    try:
+        return _shown(path) if source != "-" and path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _shown(path: Path) -> str:
     root = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd()).resolve()
     try:

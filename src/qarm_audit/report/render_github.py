@@ -83,11 +83,12 @@ class Annotations:
         )
         return "\n".join(lines) + "\n"
 
-    def error(self, problem: str) -> str:
-        """A source that could not be audited (bad input, I/O): one ``::error`` of its own."""
-        return (
-            self._command("error", self.limit, ["title=qarm error"], _escape_data(problem)) + "\n"
-        )
+    def error(self, problem: str, file: str | None = None) -> str:
+        """A source that could not be audited (bad input, I/O): one ``::error`` of its own,
+        on ``file`` when the source is a file of the repository."""
+        properties = [f"file={_escape_property(file)}"] if file else []
+        properties.append("title=qarm error")
+        return self._command("error", self.limit, properties, _escape_data(problem)) + "\n"
 
     def close(self) -> str:
         """The closing notice when the cap left findings out; else nothing."""
