@@ -189,7 +189,11 @@ def test_markdown_folds_a_flood_of_one_finding_code(tmp_path: Path, run) -> None
     rows = [line for line in result.stdout.splitlines() if line.startswith("| `operand-missing`")]
     assert len(rows) == 1 and "| 56 modules: `model.layers.0.mlp.down_proj`, " in rows[0]
     assert "`<module>.input_scale`" in rows[0] and "&lt;module> is declared NVFP4" in rows[0]
-    folded = result.stdout[result.stdout.index("operand-missing: all 56 modules</summary>") :]
+    folded = result.stdout[
+        result.stdout.index(
+            "operand-missing: all 56 modules, from model.layers.0.mlp.down_proj</summary>"
+        ) :
+    ]
     folded = folded[: folded.index("</details>")]
     assert folded.count("\n- `model.layers.") == 56
     report = json.loads(run("audit", path, "-f", "json", "--engine", "name-probe").stdout)

@@ -136,5 +136,5 @@ def test_grouped_rows_and_their_folds_are_escaped() -> None:
     )
     assert len([t for t in alone if t.type == "td_open"]) == 4  # no | from a name ends a cell
     assert "5 modules: " in row and "&lt;module> has no arm" in row
-    fold = markdown[markdown.index("<summary>no-arm: all 5 modules</summary>") :]
+    fold = markdown[markdown.index("<summary>no-arm: all 5 modules, from ") :]
     assert fold.count("\n- ``model.layers.") == 5

@@ -217,7 +217,8 @@ def _findings(title: str, rows: list[FindingRow]) -> list[str]:
     for g in listed:
         out += [
             "",
-            f"<details><summary>{md_html(g.code)}: all {len(g.rows)} modules</summary>",
+            f"<details><summary>{md_html(g.code)}: all {len(g.rows)} modules, from "
+            f"{md_html(g.modules[0])}</summary>",
             "",
             *[f"- {md_code(name, table=False)}" for name in g.modules],
             "",
