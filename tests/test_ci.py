@@ -568,7 +568,7 @@ def test_checkpoint_hook_audits_each_folder_once(run, refused: Path, tmp_path: P
     reports = json.loads(result.stdout)
     assert [r["source"]["location"] for r in reports] == [str(refused), str(clean)]
     assert [r["verdict"] for r in reports] == ["refused", "clean"]
-    assert "qarm: 4 files -> 2 checkpoint folder(s)" in result.stderr
+    assert "qarm: 4 files -> 2 checkpoint folders" in result.stderr
     assert "app/config.json: its folder holds no checkpoint" in result.stderr
     assert [r["code"] for r in reports[0]["refusals"]] == [STRAY]
     # a shard audited alone has no declaration: every FP8 module is refused, not lm_head alone

@@ -101,7 +101,7 @@ def test_summary_on_stderr_report_on_stdout(run) -> None:
 def test_verbose_says_what_is_audited(run) -> None:
     result = run("audit", W4A4, W4A4, "-v", "--ignore", "kv-scales-missing: bf16 KV fleet")
     assert f"qarm: auditing {W4A4} (2 of 2)" in result.stderr
-    assert "qarm: 1 ignore rule(s) from --ignore" in result.stderr
+    assert "qarm: 1 ignore rule from --ignore" in result.stderr
     assert run("audit", W4A4, "-q", "-v").exit_code == ExitCode.BAD_INPUT
 
 

@@ -23,6 +23,7 @@ from .report import (
     render_markdown,
     verdict_line,
 )
+from .report.group import plural
 from .report.locate import source_file
 from .report.model import Report
 from .report.output import (
@@ -295,7 +296,7 @@ def audit_command(
     )
     if verbose and rules:
         origins = sorted({r.origin for r in rules})
-        say(f"qarm: {len(rules)} ignore rule(s) from {', '.join(origins)}")
+        say(f"qarm: {plural(len(rules), 'ignore rule')} from {', '.join(origins)}")
     with Output.at(_dash(output)) as out, Output.at(_dash(json_output), "--json-output") as js:
         worst = _AuditRun(options, out, len(sources)).run(
             sources, js if json_output is not None else None
@@ -327,7 +328,7 @@ def _checkpoint_folders(paths: tuple[str, ...], verbose: bool) -> tuple[str, ...
     if verbose:
         for given in skipped:
             say(f"qarm: skipped {given}: its folder holds no checkpoint")
-        say(f"qarm: {len(paths)} files -> {len(folders)} checkpoint folder(s)")
+        say(f"qarm: {plural(len(paths), 'file')} -> {plural(len(folders), 'checkpoint folder')}")
     return folders
 
 
