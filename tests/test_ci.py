@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from conftest import MANIFESTS, fp8_modelopt, llama, modelopt_file, write_checkpoint
+from conftest import MANIFESTS, REPO, fp8_modelopt, llama, modelopt_file, write_checkpoint
 from qarm_audit import IgnoreRule, audit
 from qarm_audit.errors import ExitCode
 from qarm_audit.report.model import FindingRow, IgnoredRow, Report
@@ -195,7 +196,7 @@ def test_every_format_shows_the_ignored(run, refused: Path, workdir: Path) -> No
     table = run("audit", refused, *args).stdout
     assert "Ignored (1)" in table and "stripped-at-load" in table
     github = run("audit", refused, "-f", "github", *args).stdout
-    assert f"::notice title=qarm {STRAY} (ignored)::" in github
+    assert f",title=qarm {STRAY} (ignored)::" in github and "::notice file=" in github
     assert "stripped-at-load" in github and "::error" not in github
 
 
@@ -254,8 +255,9 @@ def test_levels_and_escaping_in_annotations() -> None:
         "::notice",
         "::notice",
     ]
-    assert (
-        lines[0] == f"::error title=qarm spelling-mismatch::{CLEAN} [m.x]: 50%25 off%0Asecond line"
+    assert lines[0] == (
+        f"::error file={CLEAN.relative_to(REPO)},title=qarm spelling-mismatch::"
+        f"{CLEAN} [m.x]: 50%25 off%0Asecond line"
     )
     assert "because, really: yes" in lines[3]  # message data keeps : and ,
     assert lines[-1].startswith("::notice title=qarm audit::")
@@ -266,7 +268,8 @@ def test_github_format_from_the_cli(run, refused: Path, workdir: Path) -> None:
     result = run("audit", refused, "-f", "github")
     assert result.exit_code == ExitCode.FINDINGS
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"::error title=qarm {STRAY}::") and "[lm_head]" in lines[0]
+    assert lines[0].startswith(f"::error file={refused}/model.safetensors,title=qarm {STRAY}::")
+    assert "[lm_head]" in lines[0]
     assert lines[-1].startswith("::notice title=qarm audit::")
 
 
@@ -358,3 +361,220 @@ def test_an_unreadable_source_is_an_error_annotation(run, workdir: Path, tmp_pat
     assert several.exit_code == ExitCode.BAD_INPUT
     assert several.stdout.count("::error title=qarm error::") == 1
     assert "::notice title=qarm audit::" in several.stdout
+
+
+# --- annotations on the file, the cap, the summary of every source, step outputs -------------
+
+W4A4 = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
+
+
+def _annotation(line: str) -> dict[str, str]:
+    head = line.split("::")[1]
+    level, _, properties = head.partition(" ")
+    out = dict(p.split("=", 1) for p in properties.split(","))
+    out["level"] = level
+    return out
+
+
+def test_annotations_point_at_the_manifest_row(run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(REPO))
+    result = run("audit", W4A4, "-f", "github", "--engine", "name-probe")
+    rows = W4A4.read_text().split("\n")
+    lines = [_annotation(line) for line in result.stdout.splitlines() if line.startswith("::w")]
+    assert {a["file"] for a in lines} == {"fixtures/manifests/seed-nvfp4-w4a4.manifest.json"}
+    by_title = {a["title"]: int(a["line"]) for a in lines}
+    report = audit(str(W4A4), engine="name-probe")
+    (differs,) = [w for w in report.warnings if w.code == "declared-arm-differs"]
+    # a module finding lands on the module's first tensor row; a declaration finding on the
+    # line where the document that declares it starts
+    assert rows[by_title["qarm declared-arm-differs"] - 1].startswith(f'  "{differs.module}.')
+    assert rows[by_title["qarm kv-scales-missing"] - 1].startswith(' "config.json": [')
+
+
+def test_a_tensor_finding_lands_on_its_row(tmp_path: Path, run, workdir: Path) -> None:
+    from qarm_audit.sources import open_source, render_manifest
+
+    t = llama(spell=fp8_modelopt, lm_head=fp8_modelopt("lm_head", 256, 64))
+    folder = write_checkpoint(
+        tmp_path / "c",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"])},
+    )
+    manifest = workdir / "c.manifest.json"
+    manifest.write_text(render_manifest(open_source(str(folder))))
+    line = run("audit", manifest.name, "-f", "github").stdout.splitlines()[0]
+    where = _annotation(line)
+    assert where["file"] == "c.manifest.json"
+    row = manifest.read_text().split("\n")[int(where["line"]) - 1]
+    (refusal,) = audit(str(manifest)).refusals
+    assert row.startswith(f'  "{refusal.tensor}\\t')
+    on_folder = _annotation(run("audit", folder, "-f", "github").stdout.splitlines()[0])
+    assert on_folder["file"] == f"{folder}/model.safetensors" and "line" not in on_folder
+
+
+def _flood(tmp_path: Path) -> Path:
+    from conftest import nvfp4_modelopt
+
+    t = llama(layers=8, spell=nvfp4_modelopt)  # 56 operand-missing refusals
+    return write_checkpoint(
+        tmp_path / "flood",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("NVFP4", ["lm_head"])},
+    )
+
+
+def test_annotations_are_capped_per_type_with_a_notice(
+    run, tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flood = _flood(tmp_path)
+    plain = run("audit", flood, flood, "-f", "github", "--engine", "name-probe").stdout
+    levels = [line.split(" ", 1)[0] for line in plain.splitlines() if line.startswith("::")]
+    assert levels.count("::error") == 10 and levels.count("::notice") <= 10
+    assert plain.count("qarm error (not annotated: 10 per type): ") == 2 * 56 - 10
+    assert plain.count("::notice title=qarm audit::") == 2
+    assert plain.splitlines()[-1].startswith("::notice title=qarm annotations::102 more errors")
+    assert "--format markdown or json" in plain.splitlines()[-1]
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "summary.md"))
+    summary = run("audit", flood, "-f", "github", "--engine", "name-probe").stdout
+    assert summary.splitlines()[-1].endswith("every finding is in the job summary")
+    assert "operand-missing: all 56 modules" in (workdir / "summary.md").read_text()
+
+
+def test_a_broken_manifest_is_an_error_on_its_file(run, workdir: Path) -> None:
+    broken = workdir / "broken.manifest.json"
+    broken.write_text('{"format": "qarm-manifest/2", "shards": 3}')
+    result = run("audit", broken.name, "-f", "github")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert result.stdout.startswith("::error file=broken.manifest.json,title=qarm error::")
+
+
+def test_the_job_summary_holds_every_source_failed_ones_too(
+    run, tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = workdir / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    missing = tmp_path / "missing"
+    result = run("audit", CLEAN, missing, "-f", "github")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    text = summary.read_text()
+    assert text.count("### qarm audit: ") == 2
+    assert f"### qarm audit: `{missing}`\n\n🛑 **could not audit**: " in text
+    summary.unlink()
+    assert run("audit", missing, "-f", "github").exit_code == ExitCode.BAD_INPUT
+    assert "could not audit" in summary.read_text()  # one source, failed: still there
+
+
+def test_step_outputs_and_the_json_report(
+    run, refused: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = workdir / "outputs"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    report = workdir / "report.json"
+    result = run("audit", CLEAN, refused, "-f", "github", "--json-output", report)
+    assert result.exit_code == ExitCode.FINDINGS
+    values = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert values["verdict"] == "refused" and values["refusals"] == "1"
+    reports = json.loads(report.read_text())
+    assert [r["verdict"] for r in reports] == ["warnings", "refused"]
+    assert values["warnings"] == str(sum(len(r["warnings"]) for r in reports))
+    assert values["failed"] == "0" and values["exit-code"] == "1"
+    outputs.unlink()
+    run("audit", CLEAN, tmp_path / "missing", "-f", "json", "-q")
+    values = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert values["verdict"] == "error" and values["failed"] == "1" and values["sources"] == "2"
+
+
+def _action_step(name: str) -> str:
+    import yaml
+
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    return next(s for s in action["runs"]["steps"] if s["name"] == name)["run"]
+
+
+def test_action_declares_outputs_and_takes_ignores_with_reasons(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """The action's own Audit script, run by bash with the inputs as the runner passes them:
+    each ignore line is one argument, its reason keeps its spaces."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    assert {"verdict", "refusals", "warnings", "report"} <= set(action["outputs"])
+    assert "ignore" in action["inputs"]
+    launcher = tmp_path / "bin" / "qarm"
+    launcher.parent.mkdir()
+    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m qarm_audit "$@"\n')
+    launcher.chmod(0o755)
+    outputs = workdir / "outputs"
+    env = {
+        **os.environ,
+        "PATH": f"{launcher.parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "QARM_SOURCE": str(W4A4),
+        "QARM_ENGINE": "name-probe",
+        "QARM_FAIL_ON": "warning",
+        "QARM_IGNORE": "kv-scales-missing: fleet runs bf16 kv\n"
+        "  declared-arm-differs:*: W4A16 Marlin on purpose\n\n",
+        "QARM_ARGS": "--map",
+        "GITHUB_OUTPUT": str(outputs),
+        "RUNNER_TEMP": str(workdir),
+    }
+    done = subprocess.run(
+        ["bash", "-c", _action_step("Audit")],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    values = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert values["verdict"] == "clean" and values["ignored"] == "2"
+    report = json.loads(Path(values["report"]).read_text())
+    assert sorted(i["reason"] for i in report["ignored"]) == [
+        "W4A16 Marlin on purpose",
+        "fleet runs bf16 kv",
+    ]
+
+
+# --- pre-commit: the checkpoint-folder hook ----------------------------------------------------
+
+
+def test_checkpoint_hook_audits_each_folder_once(run, refused: Path, tmp_path: Path) -> None:
+    """pre-commit passes file names; the folder is the unit, audited once and whole."""
+    import yaml
+
+    hooks = {h["id"]: h for h in yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())}
+    hook = hooks["qarm-audit-checkpoints"]
+    assert hook["entry"] == "qarm audit --folders"
+    pattern = re.compile(hook["files"])
+    for name in ("ckpt/model.safetensors", "ckpt/config.json", "hf_quant_config.json"):
+        assert pattern.search(name), name
+    assert not pattern.search("fixtures/manifests/x.manifest.json")
+
+    clean = write_checkpoint(tmp_path / "clean", {"model.safetensors": llama()})
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "config.json").write_text("{}")  # not a checkpoint folder
+    files = [
+        refused / "model.safetensors",
+        refused / "hf_quant_config.json",
+        clean / "model.safetensors",
+        tmp_path / "app" / "config.json",
+    ]
+    result = run("audit", "--folders", "-v", "-f", "json", *files)
+    assert result.exit_code == ExitCode.FINDINGS
+    reports = json.loads(result.stdout)
+    assert [r["source"]["location"] for r in reports] == [str(refused), str(clean)]
+    assert [r["verdict"] for r in reports] == ["refused", "clean"]
+    assert "qarm: 4 files -> 2 checkpoint folders" in result.stderr
+    assert "app/config.json: its folder holds no checkpoint" in result.stderr
+    assert [r["code"] for r in reports[0]["refusals"]] == [STRAY]
+    # a shard audited alone has no declaration: every FP8 module is refused, not lm_head alone
+    alone = json.loads(run("audit", refused / "model.safetensors", "-f", "json").stdout)
+    assert len(alone["refusals"]) > 1 and alone["declaration"]["source"] != "hf_quant_config.json"
+    nothing = run("audit", "--folders", tmp_path / "app" / "config.json")
+    assert nothing.exit_code == ExitCode.CLEAN and nothing.stdout == ""

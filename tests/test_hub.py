@@ -26,9 +26,9 @@ from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
 from hubserver import HubServer, RepoSpec, SparseFile
 from hubtesting import Sleeps, record_sleeps, serving
 from qarm_audit import audit
-from qarm_audit.cli import _HubStderr
 from qarm_audit.errors import HeaderTooLargeError, HubError
 from qarm_audit.report import render_json
+from qarm_audit.report.progress import HubProgress
 from qarm_audit.sources import hub as hub_module
 from qarm_audit.sources import open_source
 from qarm_audit.sources.hub import (
@@ -366,7 +366,7 @@ def test_observer_hears_resolution_and_progress(hub: Any, tmp_path: Path, capsys
     assert sorted(events[2:5]) == [("read", f) for f in SHARDS]
     assert events[5:] == [("finished",)]
     # The CLI's observer draws a bar when asked to (only on a terminal, not with JSON).
-    open_source(f"org/sharded@{spec.sha}", observer=_HubStderr(bar=True))
+    open_source(f"org/sharded@{spec.sha}", observer=HubProgress(bar=True))
     assert "resolved" not in capsys.readouterr().err
 
 

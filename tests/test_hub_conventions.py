@@ -26,7 +26,7 @@ from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
 from hubserver import HubServer, RepoSpec
 from hubtesting import Sleeps, record_sleeps, serving
-from qarm_audit.cli import _HubStderr
+from qarm_audit.report.progress import HubProgress
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = {
@@ -232,13 +232,13 @@ def test_the_access_error_names_hf_auth_login(hub: Any, run: Any, tmp_path: Path
 def test_progress_bars_follow_huggingface_hub(monkeypatch: Any) -> None:
     hf_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module, not the class
 
-    shown = _HubStderr(bar=True)
+    shown = HubProgress(bar=True)
     shown.headers_started(3)
     assert shown.progress is not None
     shown.headers_finished()
     # HF_HUB_DISABLE_PROGRESS_BARS=1, as huggingface_hub read it when imported
     monkeypatch.setattr(hf_tqdm, "HF_HUB_DISABLE_PROGRESS_BARS", True)
-    silenced = _HubStderr(bar=True)
+    silenced = HubProgress(bar=True)
     silenced.headers_started(3)
     assert silenced.progress is None
     monkeypatch.setattr(hf_tqdm, "HF_HUB_DISABLE_PROGRESS_BARS", None)

@@ -59,6 +59,13 @@ def test_wheel_and_sdist_build_check_and_run_isolated(tmp_path: Path) -> None:
         profiles
     )
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
+    licence = [n for n in names if ".dist-info/" in n and n.endswith("LICENSE")]
+    assert licence, "the Apache-2.0 text travels in the wheel"
+    assert "Apache License" in zipfile.ZipFile(wheels[0]).read(licence[0]).decode()
+    import tarfile
+
+    with tarfile.open(sdists[0]) as sdist:
+        assert any(m.name.endswith("/LICENSE") for m in sdist.getmembers())
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "qarm = qarm_audit.cli:main" in zipfile.ZipFile(wheels[0]).read(entry_points).decode()
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from .commands.audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
 from .engines.detect import select_engine
@@ -19,25 +19,33 @@ from .errors import ExitCode, QarmError, UsageError
 from .report import (
     FORMATS,
     json_schema,
-    render_github,
     render_json,
     render_markdown,
     verdict_line,
 )
+from .report.group import plural
+from .report.locate import source_file
 from .report.model import Report
 from .report.output import (
     Output,
     ReportConsole,
+    append_outputs,
     append_summary,
     echo,
     print_traceback,
     say,
+    step_outputs,
+    table_width,
 )
-from .report.policy import load_config_file, load_config_ignores, parse_cli_ignores
-from .report.render_github import render_github_error
+from .report.policy import IgnoreRule, load_config_file, load_config_ignores, parse_cli_ignores
+from .report.progress import HubProgress
+from .report.render_github import Annotations
+from .report.render_markdown import render_markdown_error
 from .report.render_table import render_table
 from .runtime import VERSION
-from .sources import open_source, write_manifest
+from .sources import Checkpoint, open_source, render_manifest, write_manifest
+from .sources.folders import checkpoint_folders
+from .sources.stdin import STDIN, read_stdin_manifest
 
 FAIL_ON = ("refusal", "warning", "never")
 
@@ -58,44 +66,6 @@ def exit_code_for(report: Report, fail_on: str) -> ExitCode:
     if report.refusals or (fail_on == "warning" and report.warnings):
         return ExitCode.FINDINGS
     return ExitCode.CLEAN
-
-
-class _HubStderr:
-    """Shows a Hub read on stderr: the resolved revision, and a progress bar on a terminal."""
-
-    def __init__(self, bar: bool) -> None:
-        self.bar = bar
-        self.progress: Progress | None = None
-        self.task: TaskID | None = None
-
-    def resolved(self, revision: str, sha: str) -> None:
-        say(f"qarm: resolved {revision} -> {sha}")
-
-    def headers_started(self, total: int) -> None:
-        from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
-            are_progress_bars_disabled,
-        )
-
-        # HF_HUB_DISABLE_PROGRESS_BARS (or disable_progress_bars()) silences qarm's bar too
-        if self.bar and total and not are_progress_bars_disabled():
-            self.progress = Progress(
-                TextColumn("reading headers"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                console=ReportConsole(stderr=True),
-                transient=True,
-            )
-            self.task = self.progress.add_task("headers", total=total)
-            self.progress.start()
-
-    def header_read(self, file: str) -> None:
-        if self.progress is not None and self.task is not None:
-            self.progress.advance(self.task)
-
-    def headers_finished(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
 
 
 INTERRUPTED = 130
@@ -205,16 +175,37 @@ def cli() -> None:
     "--ignore",
     "ignore_specs",
     multiple=True,
-    metavar="CODE[:MODULE-PATTERN]",
+    metavar="CODE[:MODULE-PATTERN][: REASON]",
     help="Move the findings of CODE (on modules matching the fnmatch pattern) to the ignored "
-    "list (repeatable); needs --ignore-reason.",
+    "list (repeatable); the reason follows a colon and a space, or comes from --ignore-reason.",
 )
-@click.option("--ignore-reason", metavar="TEXT", help="Why the --ignore findings are accepted.")
+@click.option(
+    "--ignore-reason",
+    metavar="TEXT",
+    help="Why the --ignore findings that give no reason of their own are accepted.",
+)
 @click.option(
     "--config",
     "config_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Read [[ignore]] rules from this file instead of ./qarm.toml or ./pyproject.toml.",
+)
+@click.option(
+    "--json-output",
+    "json_output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the JSON report here (an array with several sources), whatever the format.",
+)
+@click.option(
+    "--folders",
+    "folders",
+    is_flag=True,
+    help="Each SOURCE is a file of a checkpoint folder (pre-commit passes file names): audit "
+    "each folder holding one once.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No summary line or progress on stderr.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Also say on stderr what is audited and which ignores."
 )
 def audit_command(
     sources: tuple[str, ...],
@@ -231,125 +222,218 @@ def audit_command(
     ignore_specs: tuple[str, ...],
     ignore_reason: str | None,
     config_file: Path | None,
+    json_output: Path | None,
+    folders: bool,
+    quiet: bool,
+    verbose: bool,
 ) -> None:
-    """Audit each SOURCE: a folder, a manifest, a declaration file, or owner/name@revision.
+    """Audit each SOURCE: a folder, a manifest (- reads one from standard input), a
+    declaration file, or owner/name@revision.
 
-    Several sources are audited in turn (one JSON array with -f json); the exit code is the
-    worst. Ignores come from --ignore, --config, or ./qarm.toml or ./pyproject.toml. With
-    GITHUB_STEP_SUMMARY set, the markdown report is also appended to that file.
+    The report goes to standard output (or -o FILE; -o - is standard output), a one-line
+    summary per source to standard error. Several sources are audited in turn (one JSON array
+    with -f json); the exit code is the worst. Ignores come from --ignore, --config, or
+    ./qarm.toml or ./pyproject.toml. With GITHUB_STEP_SUMMARY set, the markdown report is also
+    appended to that file; with GITHUB_OUTPUT set, the verdict and counts are step outputs.
 
     Exit codes: 0 clean, 1 refusals (or warnings with --fail-on warning), 2 usage or bad
     input, 3 could not audit (I/O, network).
     """
-    if ignore_reason and not ignore_specs:
-        raise UsageError("--ignore-reason", "given without --ignore")
-    with Output.at(output) as out:
-        _audit_command(
-            sources,
-            fmt,
-            out,
-            engine,
-            env_pairs,
-            gpu,
-            routing,
-            fail_on,
-            require_pinned,
-            probe_scalars,
-            show_map,
-            ignore_specs,
-            ignore_reason,
-            config_file,
-        )
-
-
-def _audit_command(
-    sources: tuple[str, ...],
-    fmt: str,
-    out: Output,
-    engine: str,
-    env_pairs: tuple[str, ...],
-    gpu: str | None,
-    routing: str | None,
-    fail_on: str,
-    require_pinned: bool,
-    probe_scalars: bool,
-    show_map: bool,
-    ignore_specs: tuple[str, ...],
-    ignore_reason: str | None,
-    config_file: Path | None,
-) -> None:
+    if quiet and verbose:
+        raise UsageError("--quiet", "given with --verbose")
+    if sources.count(STDIN) > 1:
+        raise UsageError("SOURCE", "- (standard input) can be read only once")
     rules = [
         *(load_config_file(config_file) if config_file else load_config_ignores(Path.cwd())),
-        *parse_cli_ignores(ignore_specs, ignore_reason),
+        *_cli_ignores(ignore_specs, ignore_reason),
     ]
+    if folders:
+        sources = _checkpoint_folders(sources, verbose)
     select_engine(engine)  # a bad profile or release fails before any source is read
-    env = _parse_env(env_pairs)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    to_terminal = fmt == "table" and out.path is None
-    texts: list[str] = []
-    summaries: list[str] = []
-    reports: list[Report] = []
-    worst = ExitCode.CLEAN
-    for n, source in enumerate(sources):
-        try:
-            report = audit(
-                source,
-                engine=engine,
-                env=env,
-                gpu=gpu,
-                require_pinned=require_pinned,
-                observer=_HubStderr(bar=fmt not in ("json", "github") and sys.stderr.isatty()),
-                probe_scalars=probe_scalars,
-                routing=routing,
-                ignores=rules,
-            )
-        except UsageError:
-            raise
-        except QarmError as exc:
-            if fmt == "github" and out.path is None:
-                echo(render_github_error(str(exc)))
-            if len(sources) == 1:
-                raise
-            _print_error(exc)
-            worst = max(worst, exc.exit_code)
-            continue
-        reports.append(report)
-        worst = max(worst, exit_code_for(report, fail_on))
-        if to_terminal:
-            if n:
-                echo("\n")
-            render_table(report, ReportConsole(), scheme_map=show_map)
-        elif fmt != "json":
-            texts.append(_render(report, fmt, show_map))
-        if not to_terminal:
-            say(verdict_line(report))
-        if summary:
-            summaries.append(render_markdown(report, scheme_map=show_map) + "\n")
-    if fmt == "json":
-        if len(sources) == 1:
-            texts = [render_json(reports[0])] if reports else []
-        else:
-            texts = [_json_array(reports)]
-    if not to_terminal:
-        text = ("\n" if fmt in ("table", "markdown") else "").join(texts)
-        if out.path is not None:
-            out.write(text)
-        else:
-            echo(text)
-    if summary and summaries:
-        append_summary(Path(summary), "".join(summaries))
+    options = _AuditOptions(
+        fmt=fmt,
+        engine=engine,
+        env=_parse_env(env_pairs),
+        gpu=gpu,
+        routing=routing,
+        fail_on=fail_on,
+        require_pinned=require_pinned,
+        probe_scalars=probe_scalars,
+        show_map=show_map,
+        rules=rules,
+        quiet=quiet,
+        verbose=verbose,
+    )
+    if verbose and rules:
+        origins = sorted({r.origin for r in rules})
+        say(f"qarm: {plural(len(rules), 'ignore rule')} from {', '.join(origins)}")
+    with Output.at(_dash(output)) as out, Output.at(_dash(json_output), "--json-output") as js:
+        worst = _AuditRun(options, out, len(sources)).run(
+            sources, js if json_output is not None else None
+        )
     click.get_current_context().exit(worst)
+
+
+def _dash(path: Path | None) -> Path | None:
+    """``-o -``: standard output, as ``pip-audit -o -`` and most tools read it."""
+    return None if path is not None and str(path) == STDIN else path
+
+
+def _cli_ignores(specs: tuple[str, ...], reason: str | None) -> list[IgnoreRule]:
+    """``--ignore CODE[:PATTERN]`` takes --ignore-reason; ``--ignore "CODE[:PATTERN]: REASON"``
+    carries its own (the reason after the first colon and space), so each ignore can say why."""
+    plain = [s for s in specs if ": " not in s]
+    if reason and not plain:
+        raise UsageError("--ignore-reason", "given without an --ignore that needs it")
+    rules = parse_cli_ignores(plain, reason)
+    for spec in specs:
+        if ": " in spec:
+            code, _, own = spec.partition(": ")
+            rules += parse_cli_ignores([code.strip()], own.strip())
+    return rules
+
+
+def _checkpoint_folders(paths: tuple[str, ...], verbose: bool) -> tuple[str, ...]:
+    folders, skipped = checkpoint_folders(paths)
+    if verbose:
+        for given in skipped:
+            say(f"qarm: skipped {given}: its folder holds no checkpoint")
+        say(f"qarm: {plural(len(paths), 'file')} -> {plural(len(folders), 'checkpoint folder')}")
+    return folders
+
+
+@dataclass(frozen=True)
+class _AuditOptions:
+    fmt: str
+    engine: str
+    env: dict[str, str]
+    gpu: str | None
+    routing: str | None
+    fail_on: str
+    require_pinned: bool
+    probe_scalars: bool
+    show_map: bool
+    rules: list[IgnoreRule]
+    quiet: bool
+    verbose: bool
+
+
+class _AuditRun:
+    """One ``qarm audit`` over its sources: what each writes where, and the worst exit code."""
+
+    def __init__(self, options: _AuditOptions, out: Output, count: int) -> None:
+        self.o = options
+        self.out = out
+        self.count = count
+        self.summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        self.outputs = os.environ.get("GITHUB_OUTPUT")
+        self.to_terminal = options.fmt == "table" and out.path is None
+        self.annotations = Annotations(count, summary=bool(self.summary))
+        self.texts: list[str] = []
+        self.summaries: list[str] = []
+        self.reports: list[Report] = []
+        self.failed = 0
+        self.worst = ExitCode.CLEAN
+
+    def run(self, sources: tuple[str, ...], json_out: Output | None) -> ExitCode:
+        for n, source in enumerate(sources):
+            if self.o.verbose:
+                say(f"qarm: auditing {source} ({n + 1} of {len(sources)})")
+            try:
+                report = self._audit(source)
+            except UsageError:
+                raise
+            except QarmError as exc:
+                self._failed(source, exc, json_out)
+                continue
+            self._audited(report, first=not self.reports)
+        self._finish(json_out)
+        return self.worst
+
+    def _audit(self, source: str) -> Report:
+        o = self.o
+        bar = not o.quiet and o.fmt not in ("json", "github") and sys.stderr.isatty()
+        spec: str | Checkpoint = source
+        if source == STDIN:
+            spec = read_stdin_manifest(sys.stdin.buffer)
+        return audit(
+            spec,
+            engine=o.engine,
+            env=o.env,
+            gpu=o.gpu,
+            require_pinned=o.require_pinned,
+            observer=HubProgress(bar=bar, quiet=o.quiet),
+            probe_scalars=o.probe_scalars,
+            routing=o.routing,
+            ignores=o.rules,
+        )
+
+    def _failed(self, source: str, exc: QarmError, json_out: Output | None) -> None:
+        if self.o.fmt == "github" and self.out.path is None:
+            echo(self.annotations.error(str(exc), source_file(source)))
+        if self.summary:
+            self.summaries.append(render_markdown_error(source, str(exc)) + "\n")
+        self.failed += 1
+        self.worst = max(self.worst, exc.exit_code)
+        if self.count == 1:
+            self._finish(json_out)
+            raise exc
+        _print_error(exc)
+
+    def _audited(self, report: Report, first: bool) -> None:
+        o = self.o
+        self.reports.append(report)
+        self.worst = max(self.worst, exit_code_for(report, o.fail_on))
+        if self.to_terminal:
+            if not first:
+                echo("\n")
+            render_table(report, ReportConsole(width=table_width()), scheme_map=o.show_map)
+        elif o.fmt == "github":
+            self.texts.append(self.annotations.report(report))
+        elif o.fmt != "json":
+            self.texts.append(_render(report, o.fmt, o.show_map))
+        if not o.quiet:
+            say(verdict_line(report))
+        if self.summary:
+            self.summaries.append(render_markdown(report, scheme_map=o.show_map) + "\n")
+
+    def _finish(self, json_out: Output | None) -> None:
+        o = self.o
+        if o.fmt == "json":
+            self.texts = [self._json()] if self.reports or self.count > 1 else []
+        if o.fmt == "github":
+            self.texts.append(self.annotations.close())
+        if not self.to_terminal:
+            text = ("\n" if o.fmt in ("table", "markdown") else "").join(self.texts)
+            if self.out.path is not None:
+                if self.reports or self.count > 1:
+                    self.out.write(text)
+            else:
+                echo(text)
+        if json_out is not None and (self.reports or self.count > 1):
+            if json_out.path is not None:
+                json_out.write(self._json())
+            else:
+                echo(self._json())
+        if self.summary and self.summaries:
+            append_summary(Path(self.summary), "".join(self.summaries))
+        if self.outputs:
+            append_outputs(Path(self.outputs), step_outputs(self.reports, self.failed, self.worst))
+
+    def _json(self) -> str:
+        if self.count == 1 and self.reports:
+            return render_json(self.reports[0])
+        return _json_array(self.reports)
 
 
 def _render(report: Report, fmt: str, show_map: bool) -> str:
     if fmt == "markdown":
         return render_markdown(report, scheme_map=show_map)
-    if fmt == "github":
-        return render_github(report)
     from io import StringIO
 
     buffer = StringIO()
-    render_table(report, Console(file=buffer, width=120, color_system=None), scheme_map=show_map)
+    console = Console(file=buffer, width=table_width(to_stdout=False), color_system=None)
+    render_table(report, console, scheme_map=show_map)
     return buffer.getvalue()
 
 
@@ -373,7 +457,7 @@ def _print_error(exc: QarmError) -> None:
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
-    help="Manifest file to write (.json, or .json.gz for a compressed one).",
+    help="Manifest file to write (.json, or .json.gz for a compressed one; - for stdout).",
 )
 @click.option("--force", is_flag=True, help="Replace an existing file with different content.")
 @click.option(
@@ -382,17 +466,23 @@ def _print_error(exc: QarmError) -> None:
     help="Refuse a Hub revision that is not a full 40-hex commit sha.",
 )
 def manifest_command(source: str, output: Path, force: bool, require_pinned: bool) -> None:
-    """Capture SOURCE's documents and headers (no weights) as a manifest at OUTPUT."""
-    Output.check(output)
+    """Capture SOURCE's documents and headers (no weights) as a manifest at OUTPUT (-o -:
+    standard output, e.g. for ``qarm audit -``)."""
+    to_stdout = str(output) == STDIN
+    if not to_stdout:
+        Output.check(output)
     checkpoint = open_source(
-        source, require_pinned=require_pinned, observer=_HubStderr(bar=sys.stderr.isatty())
+        source, require_pinned=require_pinned, observer=HubProgress(bar=sys.stderr.isatty())
     )
     from .sources.integrity import check_integrity
 
     check_integrity(checkpoint)
-    written = write_manifest(checkpoint, output, force=force)
     tensors = sum(len(s.tensors) for s in checkpoint.shards)
-    state = "wrote" if written else "unchanged"
+    if to_stdout:
+        echo(render_manifest(checkpoint))
+        state, output = "wrote", Path("standard output")
+    else:
+        state = "wrote" if write_manifest(checkpoint, output, force=force) else "unchanged"
     say(f"{state} {output}: {tensors} tensors in {len(checkpoint.shards)} shards")
 
 
@@ -513,7 +603,7 @@ def diff_command(
     from .commands.diff import diff
     from .report.render_diff import render_diff_json, render_diff_markdown, render_diff_table
 
-    with Output.at(output) as out:
+    with Output.at(_dash(output)) as out:
         report = diff(
             a, b, engine=engine, env=_parse_env(env_pairs), gpu=gpu, require_pinned=require_pinned
         )
@@ -523,7 +613,7 @@ def diff_command(
             lambda: render_diff_json(report) if fmt == "json" else render_diff_markdown(report),
             lambda console: render_diff_table(report, console),
         )
-    if fmt != "table" or output is not None:
+    if fmt != "table" or _dash(output) is not None:
         say(report.summary)
     click.get_current_context().exit(ExitCode.CLEAN if report.identical else ExitCode.FINDINGS)
 
@@ -556,7 +646,7 @@ def explain_command(
         render_explain_table,
     )
 
-    with Output.at(output) as out:
+    with Output.at(_dash(output)) as out:
         explanation = explain(
             source,
             name,

@@ -96,13 +96,14 @@ _TICKS = re.compile("`+")
 def md_code(text: str, *, table: bool = True) -> str:
     """A markdown code span of ``text``: the fence is one backtick longer than the longest run
     inside, padded with a space where the text starts or ends with a backtick or with spaces on
-    both sides (CommonMark strips one). ``table``: also escape ``|``, which a table cell ends on
-    even inside a code span (GitHub removes the backslash before the span is read)."""
+    both sides (CommonMark strips one); nothing at all for an empty text. ``table``: also
+    escape ``|``, which a table cell ends on even inside a code span (GitHub removes the
+    backslash before the span is read)."""
     shown = visible(text)
     if table:
         shown = shown.replace("|", "\\|")
     if not shown:
-        return "``"
+        return ""  # an empty cell, not two literal backticks
     fence = "`" * (max(map(len, _TICKS.findall(shown)), default=0) + 1)
     pad = (
         " "
@@ -136,6 +137,26 @@ def term(text: str, style: str = "") -> Text:
     """A rich ``Text`` of ``text`` made :func:`visible`: rich reads no markup in it. For a table
     cell (each of its lines starts with the table's border)."""
     return Text(visible(text), style=style)
+
+
+_AFTER_DOT = re.compile(r"(?<=\.)")
+
+
+def term_dotted(text: str, width: int, style: str = "") -> Text:
+    """As :func:`term`, laid out in lines of at most ``width`` that break after a dot or at a
+    space (``model.layers.3.`` / ``mlp.down_proj``), so a module name never breaks mid-word
+    unless one part of it is longer than ``width``."""
+    lines: list[str] = []
+    line = ""
+    for word in visible(text).split(" "):
+        for piece in _AFTER_DOT.split(f" {word}" if line else word):
+            if line and len(line) + len(piece) > width:
+                lines.append(line.rstrip(" "))
+                piece = piece.lstrip(" ")
+                line = ""
+            line += piece
+    lines.append(line)
+    return Text("\n".join(lines), style=style)
 
 
 def term_line(text: str, style: str = "") -> Text:

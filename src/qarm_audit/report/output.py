@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -24,6 +24,7 @@ from rich.console import Console
 
 from ..errors import OutputError, UsageError
 from .escape import visible
+from .model import Report
 
 
 def tokens() -> list[str]:
@@ -210,3 +211,52 @@ def append_summary(path: Path, markdown: str) -> None:
             file.write(markdown)
     except OSError as exc:
         say(f"qarm: warning: cannot append to GITHUB_STEP_SUMMARY {path}: {exc}")
+
+
+WIDE = 120
+"""The table's width where no terminal says one and ``COLUMNS`` is not set (a CI log, a file)."""
+
+
+def table_width(to_stdout: bool = True) -> int:
+    """The width the table is laid out for: ``COLUMNS`` when set, as every terminal program
+    reads it; else the terminal's width (stdout's, or stderr's when stdout is a pipe into
+    ``less``); else :data:`WIDE`. ``-o FILE`` asks no terminal, so a file is the same on every
+    machine."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if to_stdout:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                if stream.isatty():
+                    return os.get_terminal_size(stream.fileno()).columns
+    return WIDE
+
+
+def step_outputs(reports: Sequence[Report], failed: int, exit_code: int) -> dict[str, str]:
+    """A GitHub Actions step's outputs for a run: the worst verdict (``error`` when a source
+    could not be audited), the counts over every source, and the exit code."""
+    verdicts = [r.verdict for r in reports]
+    verdict = (
+        "error" if failed else next((v for v in ("refused", "warnings") if v in verdicts), "clean")
+    )
+    return {
+        "verdict": verdict,
+        "refusals": str(sum(len(r.refusals) for r in reports)),
+        "warnings": str(sum(len(r.warnings) for r in reports)),
+        "notes": str(sum(len(r.notes) for r in reports)),
+        "ignored": str(sum(len(r.ignored) for r in reports)),
+        "sources": str(len(reports) + failed),
+        "failed": str(failed),
+        "exit-code": str(int(exit_code)),
+    }
+
+
+def append_outputs(path: Path, outputs: dict[str, str]) -> None:
+    """``GITHUB_OUTPUT``: ``name=value`` lines (qarm's own words and numbers, never a line
+    break), appended in one write."""
+    try:
+        with path.open("a", encoding="utf-8") as file:
+            file.write("".join(f"{k}={v}\n" for k, v in outputs.items()))
+    except OSError as exc:
+        say(f"qarm: warning: cannot append to GITHUB_OUTPUT {path}: {exc}")

@@ -6,6 +6,7 @@ Deterministic: no timestamps, no absolute paths beyond what the user typed.
 from __future__ import annotations
 
 from .escape import md_code, md_html, md_text
+from .group import EXAMPLES, Group, group_findings, module_cell, plural
 from .model import FindingRow, IgnoredRow, ProbeInfo, Report
 
 VERDICT = {
@@ -25,8 +26,9 @@ def source_label(report: Report) -> str:
 def verdict_line(report: Report) -> str:
     ignored = f", {len(report.ignored)} ignored" if report.ignored else ""
     counts = (
-        f"{len(report.refusals)} refusals, {len(report.warnings)} warnings{ignored}, "
-        f"{report.totals.tensors} tensors in {report.totals.shards} shards"
+        f"{plural(len(report.refusals), 'refusal')}, {plural(len(report.warnings), 'warning')}"
+        f"{ignored}, {plural(report.totals.tensors, 'tensor')} in "
+        f"{plural(report.totals.shards, 'shard')}"
     )
     decl = report.declaration
     declared = decl.algo or decl.family
@@ -43,9 +45,9 @@ def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
     engine = report.engine
     out = [f"### qarm audit: {md_code(source_label(report), table=False)}", ""]
     out.append(
-        f"{VERDICT[report.verdict]}: {len(report.refusals)} refusals, "
-        f"{len(report.warnings)} warnings"
-        + (f" ({len(report.ignored)} findings ignored)" if report.ignored else "")
+        f"{VERDICT[report.verdict]}: {plural(len(report.refusals), 'refusal')}, "
+        f"{plural(len(report.warnings), 'warning')}"
+        + (f" ({plural(len(report.ignored), 'finding')} ignored)" if report.ignored else "")
         + f". Declared **{md_text(decl.algo or decl.family)}** "
         f"({md_text(decl.family)}) via {md_code(decl.source or 'no declaration', table=False)}; "
         f"engine profile {md_code(engine.name, table=False)}"
@@ -77,15 +79,23 @@ def render_markdown(report: Report, *, scheme_map: bool = False) -> str:
     if scheme_map:
         from .render_map import render_map_markdown
 
-        out += ["", *render_map_markdown(report)]
+        out += ["", "<details><summary>Scheme map</summary>", ""]
+        out += [*render_map_markdown(report), "", "</details>"]
     if report.arms:
-        out += ["", "**Arms** (declared vs executed):", ""]
+        differ = sum(a.declared != a.executed for a in report.arms)
+        out += [
+            "",
+            f"<details><summary>Arms (declared vs executed): {plural(len(report.arms), 'row')}"
+            f", {differ} differ</summary>",
+            "",
+        ]
         out += [
             f"- {md_text(a.line())}: {md_text(a.reason)}"
             + (f" _Note: {md_text(a.note)}_" if a.note else "")
             + (f"\n  - engine log: {md_code(a.log, table=False)}" if a.log else "")
             for a in report.arms
         ]
+        out += ["", "</details>"]
     if report.routing_moves is not None:
         out += ["", *_moves(report)]
     for title, rows in (
@@ -177,6 +187,9 @@ def _declared(report: Report) -> list[str]:
 
 
 def _findings(title: str, rows: list[FindingRow]) -> list[str]:
+    """One row per cause (see :mod:`.group`): the count and the first modules; under the
+    table, every module of each grouped row, folded."""
+    groups = group_findings(rows)
     out = [
         f"<details{' open' if title == 'Refusals' else ''}><summary>{title} ({len(rows)})"
         "</summary>",
@@ -185,24 +198,57 @@ def _findings(title: str, rows: list[FindingRow]) -> list[str]:
         "|---|---|---|---|",
     ]
     shown: dict[str, int] = {}
-    for r in rows:
-        shown[r.code] = shown.get(r.code, 0) + 1
-        if shown[r.code] <= PER_CODE:
-            out.append(
-                f"| {md_code(r.code)} | {md_code(r.module)} | {md_code(r.tensor)} | "
-                f"{md_text(r.message)} |"
-            )
-    for code, count in shown.items():
-        if count > PER_CODE:
-            out.append(
-                f"| {md_code(code)} | … | | {count - PER_CODE} more (every row is in the JSON) |"
-            )
+    hidden: dict[str, int] = {}
+    listed: list[Group] = []
+    for g in groups:
+        shown[g.code] = shown.get(g.code, 0) + 1
+        if shown[g.code] > PER_CODE:
+            hidden[g.code] = hidden.get(g.code, 0) + len(g.rows)
+            continue
+        out.append(
+            f"| {md_code(g.code)} | {_module_md(g)} | {md_code(g.tensor)} | {md_text(g.message)} |"
+        )
+        if len(g.rows) > EXAMPLES:
+            listed.append(g)
+    out += [
+        f"| {md_code(code)} | … | | {plural(count, 'more finding')} (every row is in the JSON) |"
+        for code, count in hidden.items()
+    ]
+    for g in listed:
+        out += [
+            "",
+            f"<details><summary>{md_html(g.code)}: all {len(g.rows)} modules, from "
+            f"{md_html(g.modules[0])}</summary>",
+            "",
+            *[f"- {md_code(name, table=False)}" for name in g.modules],
+            "",
+            "</details>",
+        ]
     out += ["", "</details>"]
     return out
 
 
+def _module_md(group: Group) -> str:
+    if len(group.rows) == 1:
+        row = group.first
+        rest = module_cell(group)[len(row.module) :].strip()
+        return (md_code(row.module) + (f" {md_text(rest)}" if rest else "")) if row.module else ""
+    names = ", ".join(md_code(m) for m in group.modules[:EXAMPLES])
+    more = ", …" if len(group.rows) > EXAMPLES else ""
+    return f"{len(group.rows)} modules: {names}{more}"
+
+
 PER_CODE = 25
-"""Rows of one finding code a PR description shows; a MoE can refuse a hundred thousand."""
+"""Rows (causes) of one finding code a PR description shows; a MoE can refuse a hundred
+thousand, most of them grouped."""
+
+
+def render_markdown_error(source: str, problem: str) -> str:
+    """A source that could not be audited, as the job summary shows it beside the others."""
+    return (
+        f"### qarm audit: {md_code(source, table=False)}\n\n"
+        f"🛑 **could not audit**: {md_text(problem)}\n"
+    )
 
 
 def _ignored(rows: list[IgnoredRow]) -> list[str]:

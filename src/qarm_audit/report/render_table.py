@@ -10,16 +10,34 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .escape import term, term_line
-from .model import Report
+from .escape import term, term_dotted, term_line
+from .group import group_findings, module_cell, plural
+from .model import FindingRow, Report
 
 STYLE = {"refused": "bold red", "warnings": "bold yellow", "clean": "bold green"}
 MAX_ROWS = 40
 
 
 def render_table(report: Report, console: Console, *, scheme_map: bool = False) -> None:
-    """Print the report; ``scheme_map`` adds the ``--map`` grid after the buckets."""
-    console.print(_renderable(report, scheme_map), crop=False)
+    """Print the report; ``scheme_map`` adds the ``--map`` grid after the buckets. The layout
+    follows ``console.width`` (the terminal's, or ``COLUMNS``: see :func:`.output.table_width`)."""
+    console.print(_renderable(report, scheme_map, console.width), crop=False)
+
+
+def _findings(title: str, rows: list[FindingRow], style: str, width: int) -> Table:
+    """One row per cause (see :mod:`.group`); module names wrap after a dot."""
+    groups = group_findings(rows)
+    module_width = max(20, (width - 30) // 3)
+    table = Table(title=Text(f"{title} ({len(rows)})"), title_justify="left", title_style=style)
+    table.add_column("code", overflow="fold")
+    table.add_column("module", overflow="fold", max_width=module_width)
+    table.add_column("message", overflow="fold")
+    for g in groups[:MAX_ROWS]:
+        table.add_row(term(g.code), term_dotted(module_cell(g), module_width), term(g.message))
+    if len(groups) > MAX_ROWS:
+        left = sum(len(g.rows) for g in groups[MAX_ROWS:])
+        table.add_row("…", f"{plural(left, 'more finding')} (see --format json)", "")
+    return table
 
 
 def _moves(report: Report) -> RenderableType:
@@ -40,7 +58,7 @@ def _moves(report: Report) -> RenderableType:
     return table
 
 
-def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
+def _renderable(report: Report, scheme_map: bool = False, width: int = 120) -> RenderableType:
     from .render_markdown import verdict_line
 
     parts: list[RenderableType] = [term_line(verdict_line(report), style=STYLE[report.verdict])]
@@ -108,14 +126,7 @@ def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
     ):
         if not rows:
             continue
-        table = Table(title=Text(f"{title} ({len(rows)})"), title_justify="left", title_style=style)
-        for column in ("code", "module", "message"):
-            table.add_column(column, overflow="fold")
-        for r in rows[:MAX_ROWS]:
-            table.add_row(term(r.code), term(r.module), term(r.message))
-        if len(rows) > MAX_ROWS:
-            table.add_row("…", f"{len(rows) - MAX_ROWS} more (see --format json)", "")
-        parts.append(table)
+        parts.append(_findings(title, rows, style, width))
     if report.ignored:
         ignored = Table(
             title=Text(f"Ignored ({len(report.ignored)})"), title_justify="left", title_style="dim"
@@ -144,9 +155,10 @@ def _renderable(report: Report, scheme_map: bool = False) -> RenderableType:
         parts.append(
             term_line(
                 f"integrity: {report.integrity.index or 'single file'}; "
-                f"{len(report.integrity.shards)} shards verified semantically "
+                f"{plural(len(report.integrity.shards), 'shard')} verified semantically "
                 "(not a content hash)",
                 style="dim",
             )
         )
+    parts.append(term_line(verdict_line(report), style=STYLE[report.verdict]))
     return Group(*parts)
