@@ -287,10 +287,12 @@ FACTS = {"vllm": _vllm_facts, "sglang": _sglang_facts}
 
 
 def _anchors(engine: str) -> list[tuple[str, str]]:
-    """(repository path, anchor) of every rule and load error of the engine's profile."""
+    """(repository path, anchor) of every rule, load error and declaration error of the
+    engine's profile."""
     data = tomllib.loads((PROFILES_DIR / f"{engine}.toml").read_text("utf-8"))
     out = []
-    for item in [*data.get("rules", []), *data.get("load_errors", [])]:
+    listed = ("rules", "load_errors", "declaration_errors")
+    for item in [entry for key in listed for entry in data.get(key, [])]:
         source = item.get("source")
         if not source:
             continue

@@ -54,6 +54,10 @@ def test_every_realworld_declaration_parses_or_is_refused_by_name(path: Path, ru
     if family in ("unreadable", "absent"):
         assert result.exit_code == 1
         assert [r["code"] for r in report["refusals"]] == ["declaration-unreadable"]
+    elif path.parent.name == "llmc-stories42m-pruned24-sparse-only":
+        # vLLM refuses any sparsity_config (test_vllm_refuses_any_sparsity_config)
+        assert result.exit_code == 1
+        assert [r["code"] for r in report["refusals"]] == ["engine-refuses-declaration"]
     else:
         assert result.exit_code == 0, report["refusals"]
         markdown = run("audit", path, "-f", "markdown").stdout
@@ -245,10 +249,27 @@ def test_malformed_declaration_is_a_named_error_and_exit_2(
 def test_sparsity_only_checkpoint_is_not_quantized(tmp_path: Path) -> None:
     text = (REALWORLD / "llmc-stories42m-pruned24-sparse-only" / "config.json").read_text()
     path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": text})
-    report = audit(str(path))
+    report = audit(str(path), engine="sglang")
     assert report.declaration.family == "none"
     assert "sparsity only" in (report.declaration.reason or "")
     assert report.refusals == []
+
+
+@pytest.mark.parametrize("release", ["0.30.0", "0.33.0"])
+def test_vllm_refuses_any_sparsity_config(tmp_path: Path, release: str) -> None:
+    """vLLM raises at config parse for a sparsity_config with targets, quantized or not
+    (compressed_tensors.py _parse_sparsity_config); SGLang still reads it."""
+    text = (REALWORLD / "llmc-stories42m-pruned24-sparse-only" / "config.json").read_text()
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": text})
+    report = audit(str(path), engine=f"vllm=={release}")
+    assert [r.code for r in report.refusals] == ["engine-refuses-declaration"]
+    assert "Sparsity support has been removed" in report.refusals[0].message
+    untargeted = json.loads(text)
+    untargeted["quantization_config"]["sparsity_config"]["targets"] = []
+    path = write_checkpoint(
+        tmp_path / "u", {"model.safetensors": llama()}, {"config.json": untargeted}
+    )
+    assert audit(str(path), engine=f"vllm=={release}").refusals == []
 
 
 @pytest.mark.parametrize("size", [0, -4, 16.0, True, "16"])

@@ -101,6 +101,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.REFUSAL,
         "a quantization is declared in a form qarm cannot read, so nothing was resolved",
     ),
+    "engine-refuses-declaration": (
+        Severity.REFUSAL,
+        "the engine refuses the declaration itself at load, before building any layer",
+    ),
     "declared-arm-differs": (
         Severity.WARNING,
         "the engine profile executes another arm than the one declared",

@@ -15,6 +15,7 @@ from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.profile import ROUTINGS, Profile, resolve_env
+from ..engines.refusals import declaration_refusals
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
 from ..layers import build_tree, layer_facts, read_model_config, tree_findings
@@ -138,6 +139,7 @@ def _audit(
     declaration = read_declaration(checkpoint.documents)
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
+    findings.extend(declaration_refusals(profile, declaration))
     findings.extend(_unread_findings(checkpoint))
     tensors = [entry for shard in checkpoint.shards for entry in shard.tensors]
     modules = build_inventory(tensors)

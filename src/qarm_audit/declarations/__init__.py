@@ -80,6 +80,8 @@ class Declaration:
     groups_weight_only: bool = False
     """A ModelOpt declaration with ``config_groups`` whose every group has
     ``input_activations: null`` (vLLM v0.33 re-labels such an NVFP4 as W4A16_NVFP4)."""
+    sparsity_targets: tuple[str, ...] = ()
+    """The targets of a compressed-tensors ``sparsity_config`` (vLLM refuses any)."""
 
     @property
     def quantized(self) -> bool:
@@ -295,6 +297,13 @@ def _ct_kv(args: ct.QuantArgs | None, where: str) -> KvDeclaration | None:
     return KvDeclaration(label, where)
 
 
+def _sparsity_targets(config: dict[str, Any] | None) -> tuple[str, ...]:
+    targets = (config or {}).get("targets") or ()
+    if not isinstance(targets, list):
+        return ()
+    return tuple(t for t in targets if isinstance(t, str))
+
+
 def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: ct.CompressedTensorsConfig = _validate(
         ct.CompressedTensorsConfig, candidate.block, candidate.where
@@ -304,6 +313,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
     if extras:
         notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
     kv = _ct_kv(parsed.kv_cache_scheme, candidate.where)
+    sparsity_targets = _sparsity_targets(parsed.sparsity_config)
     if not parsed.config_groups:
         reason = (
             "sparsity only: no config_groups, nothing is quantized"
@@ -318,6 +328,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
             considered=considered,
             kv=kv,
             reason=reason,
+            sparsity_targets=sparsity_targets,
         )
     schemes: dict[str, Scheme] = {}
     targets: dict[str, str] = {}
@@ -343,6 +354,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         algo=parsed.format,
         schemes=schemes,
         compressed_tensors=rules,
+        sparsity_targets=sparsity_targets,
         kv=kv,
         findings=tuple(notes),
         considered=considered,

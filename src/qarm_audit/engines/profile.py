@@ -156,6 +156,26 @@ class LoadError(BaseModel):
         return self
 
 
+class DeclarationError(BaseModel):
+    """The engine refuses the declaration itself, before building any layer (e.g. vLLM and a
+    compressed-tensors ``sparsity_config``): ``engine-refuses-declaration``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    producer: list[str] | None = None
+    sparsity: bool | None = None
+    """Holds when the declaration has (True) or has not (False) sparsity targets."""
+    text: str
+    """The engine's error text."""
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _cited(self) -> DeclarationError:
+        if self.source is not None and not SOURCE_FORMAT.match(self.source):
+            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
+        return self
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -172,6 +192,7 @@ class Profile(BaseModel):
     env: dict[str, EnvVar] = Field(default_factory=dict)
     rules: list[Rule]
     load_errors: list[LoadError] = Field(default_factory=list)
+    declaration_errors: list[DeclarationError] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rules_name_known_settings(self) -> Profile:
@@ -258,7 +279,8 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
             ).strip()
         return entry
 
-    out = {k: v for k, v in data.items() if k not in ("rules", "load_errors")}
+    listed = ("rules", "load_errors", "declaration_errors")
+    out = {k: v for k, v in data.items() if k not in listed}
     for key in ("description", "layers"):
         if isinstance(out.get(key), str):
             out[key] = _fill(out[key], release, commit)
@@ -268,6 +290,9 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     out["commit"] = commit
     out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
     out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
+    out["declaration_errors"] = [
+        d for d in map(item, data.get("declaration_errors", [])) if d is not None
+    ]
     return out
 
 
