@@ -11,14 +11,15 @@ in declaration order, of the candidates that match.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
-from collections.abc import Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 import ahocorasick
 
 from ..errors import PatternError
-from .regex_plan import plan
+from .regex_plan import Plan, plan, re2_match
 
 MAX_PATTERN_LENGTH = 4096
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
@@ -27,6 +28,22 @@ _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
 
 def compile_user_regex(pattern: str, where: str) -> re.Pattern[str]:
     """Compile a ``re:`` pattern from a declaration, refusing unsafe or broken ones by name."""
+    return _guarded(pattern, where, re.compile)
+
+
+def plan_user_regex(pattern: str, where: str) -> Plan:
+    """Plan a ``re:`` pattern from a declaration (parsed once per pattern and process),
+    refusing unsafe or broken ones by name, as :func:`compile_user_regex` does."""
+    return _guarded(pattern, where, _plan)
+
+
+_plan = functools.lru_cache(maxsize=16384)(plan)
+"""The resolver and the producer view plan the same patterns: once each."""
+
+_T = TypeVar("_T")
+
+
+def _guarded(pattern: str, where: str, build: Callable[[str], _T]) -> _T:
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise PatternError(where, f"pattern of {len(pattern)} characters is above the cap")
     if _NESTED_QUANTIFIER.search(pattern):
@@ -34,7 +51,7 @@ def compile_user_regex(pattern: str, where: str) -> re.Pattern[str]:
             where, f"pattern {pattern!r} nests quantifiers (catastrophic backtracking)"
         )
     try:
-        return re.compile(pattern)
+        return build(pattern)
     except re.error as exc:
         raise PatternError(where, f"pattern {pattern!r} does not compile: {exc}") from None
     except (OverflowError, ValueError) as exc:  # a{4294967296}: a count beyond re's range
@@ -140,8 +157,9 @@ class FirstMatch:
     def __init__(self, patterns: Sequence[str], where: str) -> None:
         self.patterns = list(patterns)
         self.where = where
-        self.compiled = [compile_user_regex(p, where) for p in self.patterns]
-        self.plans = [plan(p) for p in self.patterns]
+        self.plans = [plan_user_regex(p, where) for p in self.patterns]
+        self.python: dict[int, re.Pattern[str]] = {}
+        """Python's compiled patterns, made where first needed (re2 takes most names)."""
         for pattern, planned in zip(self.patterns, self.plans, strict=True):
             if planned.re2 is None and not planned.python_safe:
                 raise PatternError(
@@ -151,8 +169,8 @@ class FirstMatch:
                     "backtracking); qarm refuses it",
                 )
         self.plain = [
-            planned.re2.match if planned.re2 is not None else compiled.match
-            for planned, compiled in zip(self.plans, self.compiled, strict=True)
+            re2_match(planned.re2) if planned.re2 is not None else self._compiled(number).match
+            for number, planned in enumerate(self.plans)
         ]
         """What matches a printable-ASCII name, per pattern: re2 wherever it can."""
         self.always = [n for n, planned in enumerate(self.plans) if not planned.literals]
@@ -167,12 +185,18 @@ class FirstMatch:
                 self.automaton.add_word(literal, tuple(numbers))
             self.automaton.make_automaton()
 
-    def candidates(self, name: str) -> list[int]:
+    def candidates(self, name: str) -> list[int] | tuple[int, ...]:
         """Pattern numbers, in order, that could match ``name``."""
+        hits = list(self.automaton.iter(name)) if self.automaton is not None else []
+        if not self.always:
+            if not hits:
+                return ()
+            if len(hits) == 1:
+                numbers: tuple[int, ...] = hits[0][1]
+                return numbers
         found = set(self.always)
-        if self.automaton is not None:
-            for _end, numbers in self.automaton.iter(name):
-                found.update(numbers)
+        for _end, numbers in hits:
+            found.update(numbers)
         return sorted(found)
 
     def first(self, name: str) -> int | None:
@@ -203,7 +227,13 @@ class FirstMatch:
                 f"printable ASCII names, and the module name {shown!r} is not; Python's re "
                 "could backtrack without end on it (catastrophic backtracking); qarm refuses it",
             )
-        return self.compiled[number].match(name) is not None
+        return self._compiled(number).match(name) is not None
+
+    def _compiled(self, number: int) -> re.Pattern[str]:
+        compiled = self.python.get(number)
+        if compiled is None:
+            compiled = self.python[number] = compile_user_regex(self.patterns[number], self.where)
+        return compiled
 
 
 class WildcardSet:

@@ -102,6 +102,24 @@ def plan(pattern: str) -> Plan:
     )
 
 
+def re2_match(compiled: Any) -> Any:
+    """``name -> bool``: does ``compiled`` (an re2 pattern) match at the start of ``name``.
+
+    Calls re2's matcher directly (the wrapper's ``match`` maps byte offsets back to characters
+    for a match object, which costs four times the match); the wrapper where that is absent."""
+    regexp = getattr(compiled, "_regexp", None)
+    anchor = getattr(getattr(re2, "_Anchor", None), "ANCHOR_START", None)
+    if regexp is None or anchor is None or not hasattr(regexp, "Match"):
+        return lambda name: compiled.match(name) is not None
+    none = (-1, -1)
+
+    def match(name: str) -> bool:
+        data = name.encode("utf-8")
+        return bool(regexp.Match(anchor, data, 0, len(data))[0] != none)
+
+    return match
+
+
 def _char(code: int) -> str:
     if 0xD800 <= code <= 0xDFFF:  # a lone surrogate: re2 reads UTF-8, which cannot hold one
         raise _NoEquivalent
