@@ -192,6 +192,10 @@ class Decider:
             else tuple(STANDARD_GPUS)
         )
         self._contains = sorted({s for r in self.profile.rules for s in r.module_contains or ()})
+        self._named = frozenset(
+            op for r in self.profile.rules for op in (*r.operands_present, *r.operands_absent)
+        )
+        """The operands some rule names: a view's others cannot change a decision."""
 
     @property
     def splits(self) -> bool:
@@ -217,8 +221,22 @@ class Decider:
         return tuple(s in module for s in self._contains)
 
     def decide(self, view: View, cap: int | None) -> ArmDecision:
-        marks = self.marks(view.module)
-        key = (view.model_copy(update={"module": ""}), marks, cap)
+        # what the rules can see of the view, as a plain tuple: every field but the module
+        # name (seen only through the module_contains marks) and the operands no rule names
+        key = (
+            view.declared_family,
+            view.declared_algo,
+            view.declared_arm,
+            view.declared_strategy,
+            view.producer,
+            view.mixed,
+            view.declaration_form,
+            view.groups_weight_only,
+            view.shipped,
+            view.operands & self._named,
+            self.marks(view.module),
+            cap,
+        )
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._decide(view, cap)
