@@ -188,47 +188,38 @@ def loads_fast(text: str | bytes, max_containers: int | None = None) -> Any:
         document = orjson.loads(text)
     except orjson.JSONDecodeError:
         return _NO_PROOF
-    counted = _keys_and_colons(document)
-    if counted is None or colons != counted[0] + counted[1]:
+    if not _keys_and_colons(document, colons):
         return _NO_PROOF
     return document
 
 
-_CONTAINERS = (dict, list)
-_FLAT = frozenset({str, int, bool, type(None)})
-
-
-def _keys_and_colons(document: Any) -> tuple[int, int] | None:
-    """(keys kept in every object, colons inside every string) of a parsed document; None
-    where it holds a float or nests deeper than :data:`FAST_DEPTH`. Strings are counted in C,
-    a whole object's keys and a whole list's strings at once."""
-    keys = colons = 0
-    stack: list[tuple[Any, int]] = [(document, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if type(value) is dict:
-            keys += len(value)
-            colons += "".join(value).count(":")
-            items = list(value.values())
-        elif type(value) is list:
-            items = value
-        elif type(value) is str:
-            colons += value.count(":")
-            continue
-        elif type(value) is float:
-            return None
-        else:
-            continue
-        if depth >= FAST_DEPTH:
-            return None
-        kinds = set(map(type, items))
-        if kinds <= _STR:
-            colons += "".join(items).count(":")
-        elif kinds <= _FLAT:
-            colons += "".join([i for i in items if type(i) is str]).count(":")
-        else:
-            stack.extend(zip(items, repeat(depth + 1)))
-    return keys, colons
+def _keys_and_colons(document: Any, colons: int) -> bool:
+    """Whether a parsed document's text, holding ``colons`` colons and no backslash, wrote no
+    key twice in one object (see :func:`loads_fast`); False also where it holds a float or
+    nests deeper than :data:`FAST_DEPTH`. Walked one depth at a time, each depth's objects,
+    lists and strings counted in bulk (in C); the strings only when some colon is not a key's
+    (the colons equal the keys kept when no key was written twice and no string holds one)."""
+    keys = 0
+    texts: list[Any] = []  # what holds the strings: key iterables and lists of strings
+    level = [document]
+    for _depth in range(FAST_DEPTH + 1):
+        kinds = set(map(type, level))
+        if float in kinds:
+            return False
+        if str in kinds:
+            texts.append([v for v in level if type(v) is str])
+        dicts = level if kinds == _DICT else [v for v in level if type(v) is dict]
+        lists = [] if kinds == _DICT else [v for v in level if type(v) is list]
+        if not dicts and not lists:
+            break
+        keys += sum(map(len, dicts))
+        texts.append(chain.from_iterable(dicts))
+        level = list(chain(chain.from_iterable(map(dict.values, dicts)), *lists))
+    else:
+        return False
+    if colons == keys:
+        return True
+    return colons == keys + sum("".join(part).count(":") for part in texts)
 
 
 def _check_containers(text: str, where: str, cap: int | None) -> None:
