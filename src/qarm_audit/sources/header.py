@@ -12,7 +12,7 @@ import struct
 import sys
 from collections.abc import Iterable
 from itertools import chain, repeat
-from operator import eq, itemgetter, lt, sub
+from operator import eq, itemgetter, sub
 from typing import Any
 
 import orjson
@@ -482,21 +482,19 @@ def validate_layout(
 
     Checked on whole columns in C; only a header that fails is walked entry by entry, to name
     the first tensor at fault."""
-    ordered = list(entries)
+    ordered = sorted(entries, key=_DATA_ORDER)
+    sizes: dict[tuple[str, tuple[int, ...]], int] = {}
+    for entry in ordered:
+        key = (entry.dtype, entry.shape)
+        if key not in sizes:
+            sizes[key] = expected_nbytes(entry, where)
     begins = list(map(_BEGIN, ordered))
-    if not all(map(lt, begins, begins[1:])):  # the library writes them in data order already
-        ordered.sort(key=_DATA_ORDER)
-        begins = list(map(_BEGIN, ordered))
-    keys = list(zip(map(_DTYPE_OF, ordered), map(_SHAPE_OF, ordered), strict=True))
-    first = dict(zip(reversed(keys), reversed(ordered), strict=True))  # each one's first entry
-    # sized once per distinct (dtype, shape), in the order the entries first use them
-    sizes = {key: expected_nbytes(first[key], where) for key in dict.fromkeys(keys)}
     ends = list(map(_END, ordered))
     if (
         (ends[-1] if ends else 0) == data_length
         and (not begins or begins[0] == 0)
         and begins[1:] == ends[:-1]
-        and list(map(sub, ends, begins)) == list(map(sizes.__getitem__, keys))
+        and list(map(sub, ends, begins)) == [sizes[e.dtype, e.shape] for e in ordered]
     ):
         return ordered
     _name_the_fault(ordered, data_length, where)
@@ -505,7 +503,6 @@ def validate_layout(
 
 _DATA_ORDER = itemgetter(3, 4, 0)
 _BEGIN, _END = itemgetter(3), itemgetter(4)
-_DTYPE_OF, _SHAPE_OF = itemgetter(1), itemgetter(2)
 
 
 def _name_the_fault(ordered: list[TensorEntry], data_length: int, where: str) -> None:
