@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +48,17 @@ SHAPES = {
     "deepseek": Shape(layers=61, dense_layers=3, experts=320),
     "kimi": Shape(layers=61, dense_layers=1, experts=512),
     "stress": Shape(layers=80, dense_layers=2, experts=1072),
+    # 985 791 tensors in 198 shards, 246 168 MIXED_PRECISION entries: the folder benchmark's
+    "folder": Shape(layers=80, dense_layers=2, experts=1052, per_shard=4980),
+    "folder-half": Shape(layers=80, dense_layers=2, experts=526, per_shard=4980),
+    "folder-quick": Shape(layers=8, dense_layers=1, experts=64, per_shard=1000),
     "half": Shape(layers=80, dense_layers=2, experts=536),  # the stress case at half the tensors
     "quick": Shape(layers=8, dense_layers=1, experts=64),
     "quick-half": Shape(layers=8, dense_layers=1, experts=32),
     "tiny": Shape(layers=4, dense_layers=1, experts=8, per_shard=200),
+    # unlike modules (each of its own shape), 61 440 of them: 245 763 tensors
+    "unlike": Shape(layers=80, dense_layers=0, experts=256, per_shard=4980),
+    "unlike-quick": Shape(layers=4, dense_layers=0, experts=32, per_shard=500),
 }
 
 Spec = tuple[str, str, tuple[int, ...]]
@@ -151,7 +159,10 @@ def modelopt_documents(shape: Shape, listed: list[str], wildcards: int) -> dict[
     }
 
 
-def ct_documents(shape: Shape, patterns: int) -> dict[str, str]:
+def ct_documents(shape: Shape, patterns: int, style: str = "literal") -> dict[str, str]:
+    """``style="literal"``: patterns led by their literal prefix (``model\\.layers\\.3\\...``);
+    ``"dotstar"``: led by ``.*`` as llm-compressor recipes often write them, so no prefix index
+    can narrow them down."""
     nvfp4_args = {
         "num_bits": 4,
         "type": "float",
@@ -161,16 +172,27 @@ def ct_documents(shape: Shape, patterns: int) -> dict[str, str]:
         "dynamic": False,
     }
     act = {**nvfp4_args, "dynamic": "local"}
-    targets = [
-        rf"re:model\.layers\.{n}\.mlp\.experts\.\d+\.(gate|up|down)_proj$"
-        for n in range(shape.dense_layers, shape.layers)
-    ]
-    ignore = ["lm_head"] + [
-        rf"re:model\.layers\.{n}\.(self_attn|mlp\.shared_experts|mlp\.gate$).*"
-        for n in range(shape.layers)
-    ]
-    spare = max(0, patterns - len(targets) - len(ignore))
-    ignore += [rf"re:mtp\.layers\.{k}\..*" for k in range(spare)]
+    moe = range(shape.dense_layers, shape.layers)
+    if style == "dotstar":
+        targets = [rf"re:.*layers\.{n}\.mlp\.experts\.\d+\.(gate|up|down)_proj$" for n in moe]
+        ignore = ["lm_head"]
+        for n in range(shape.layers):
+            ignore.append(rf"re:.*layers\.{n}\.self_attn\..*")
+            if n < shape.dense_layers:
+                ignore.append(rf"re:.*layers\.{n}\.mlp\.(gate|up|down)_proj$")
+            else:
+                ignore.append(rf"re:.*layers\.{n}\.mlp\.shared_experts\..*")
+                ignore.append(rf"re:.*layers\.{n}\.mlp\.gate$")
+        spare = max(0, patterns - len(targets) - len(ignore))
+        ignore += [rf"re:.*mtp\.layers\.{k}\..*" for k in range(spare)]
+    else:
+        targets = [rf"re:model\.layers\.{n}\.mlp\.experts\.\d+\.(gate|up|down)_proj$" for n in moe]
+        ignore = ["lm_head"] + [
+            rf"re:model\.layers\.{n}\.(self_attn|mlp\.shared_experts|mlp\.gate$).*"
+            for n in range(shape.layers)
+        ]
+        spare = max(0, patterns - len(targets) - len(ignore))
+        ignore += [rf"re:mtp\.layers\.{k}\..*" for k in range(spare)]
     groups = {
         "group_0": {
             "targets": targets,
@@ -193,14 +215,18 @@ def ct_documents(shape: Shape, patterns: int) -> dict[str, str]:
 
 
 def build(
-    name: str, family: str = "modelopt", patterns: int = 500, index: str = "transformers"
+    name: str,
+    family: str = "modelopt",
+    patterns: int = 500,
+    index: str = "transformers",
+    style: str = "literal",
 ) -> Checkpoint:
     shape = SHAPES[name]
     specs, listed = tensors(shape, family)
     documents = (
         modelopt_documents(shape, listed, patterns)
         if family == "modelopt"
-        else ct_documents(shape, patterns)
+        else ct_documents(shape, patterns, style)
     )
     shards: list[ShardHeader] = []
     files = -(-len(specs) // shape.per_shard)
@@ -238,6 +264,101 @@ def build(
     )
 
 
+def unlike_tensors(shape: Shape, refused: bool) -> tuple[list[Spec], list[str]]:
+    """Expert projections only, each of its own shape (no two modules alike), ModelOpt NVFP4;
+    ``refused``: every ``weight_scale`` ships as F32 instead of F8_E4M3, so every module is
+    refused, each for a layout of its own."""
+    specs: list[Spec] = []
+    listed: list[str] = []
+    k = 0
+    for n in range(shape.layers):
+        for e in range(shape.experts):
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                k += 1
+                module = f"model.layers.{n}.mlp.experts.{e}.{proj}"
+                out, inp = 16 * k, 64
+                spec = nvfp4(module, out, inp)
+                if refused:
+                    spec[1] = (spec[1][0], "F32", spec[1][2])
+                specs += spec
+                listed.append(module)
+    return specs, listed
+
+
+LIBRARY_ORDER = (
+    *("U64", "I64", "F64", "C64", "F32", "U32", "I32", "BF16", "F16", "U16", "I16"),
+    *("F8_E8M0", "F8_E4M3", "F8_E5M2", "I8", "U8", "F6_E3M2", "F6_E2M3", "F4", "BOOL"),
+)
+"""The order the safetensors library writes tensors in: its dtype enum, descending."""
+_RANK = {dtype: n for n, dtype in enumerate(LIBRARY_ORDER)}
+
+
+def safetensors_header(specs: list[Spec]) -> tuple[bytes, int]:
+    """(8-byte prefix + header, data bytes) as the safetensors library lays a file out:
+    ``__metadata__`` first, tensors by :data:`LIBRARY_ORDER` then name, compact JSON padded
+    with spaces to a multiple of 8 bytes (tests/test_fast_json.py holds it to the library)."""
+    document: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for tensor_name, dtype, dims in sorted(specs, key=lambda s: (_RANK[s[1]], s[0])):
+        numel = 1
+        for d in dims:
+            numel *= d
+        size = numel * DTYPE_BITS[dtype] // 8
+        document[tensor_name] = {
+            "dtype": dtype,
+            "shape": list(dims),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, offset
+
+
+def write_folder(
+    name: str,
+    out: Path,
+    family: str = "modelopt",
+    patterns: int = 500,
+    style: str = "dotstar",
+    variant: str = "moe",
+) -> tuple[int, int]:
+    """Write a real checkpoint folder: the declaration, ``model.safetensors.index.json`` as
+    ``transformers`` writes it, and one ``.safetensors`` shard per ``per_shard`` tensors in model
+    order, each a real header followed by its tensor data as a sparse hole (no disk used).
+    ``variant``: ``moe`` (the DeepSeek-like MoE), ``sound`` or ``refused`` (unlike modules, see
+    :func:`unlike_tensors`). Returns (tensors, shards)."""
+    shape = SHAPES[name]
+    if variant == "moe":
+        specs, listed = tensors(shape, family)
+    else:
+        specs, listed = unlike_tensors(shape, refused=variant == "refused")
+    if family == "modelopt":
+        documents = modelopt_documents(shape, listed, patterns)
+    else:
+        documents = ct_documents(shape, patterns, style)
+    out.mkdir(parents=True, exist_ok=True)
+    for document, text in documents.items():
+        (out / document).write_text(text)
+    files = -(-len(specs) // shape.per_shard)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for s in range(files):
+        chunk = specs[s * shape.per_shard : (s + 1) * shape.per_shard]
+        file = f"model-{s + 1:05d}-of-{files:05d}.safetensors"
+        head, data = safetensors_header(chunk)
+        with (out / file).open("wb") as handle:
+            handle.write(head)
+            handle.truncate(len(head) + data)  # a hole: the zeros take no disk
+        weight_map.update(dict.fromkeys((spec[0] for spec in chunk), file))
+        total += data
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps(index, indent=2, sort_keys=True) + "\n"
+    )
+    return len(specs), files
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("shape", choices=sorted(SHAPES))
@@ -249,9 +370,26 @@ def main() -> int:
         default="transformers",
         help="the index text as transformers writes it (indent 2, sorted), or laid out otherwise",
     )
+    parser.add_argument(
+        "--style",
+        choices=["literal", "dotstar"],
+        default="literal",
+        help="compressed-tensors patterns led by a literal prefix, or by '.*'",
+    )
+    parser.add_argument(
+        "--folder",
+        choices=["moe", "sound", "refused"],
+        help="write a real checkpoint folder (sparse shards) at -o instead of a manifest",
+    )
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
-    checkpoint = build(args.shape, args.family, args.patterns, args.index)
+    if args.folder:
+        count, files = write_folder(
+            args.shape, args.output, args.family, args.patterns, args.style, args.folder
+        )
+        print(f"{args.output}: {count} tensors in {files} shards")
+        return 0
+    checkpoint = build(args.shape, args.family, args.patterns, args.index, args.style)
     write_manifest(checkpoint, args.output, force=True)
     print(
         f"{args.output}: {sum(len(s.tensors) for s in checkpoint.shards)} tensors in "

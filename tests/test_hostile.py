@@ -33,7 +33,7 @@ from qarm_audit.errors import (
 )
 from qarm_audit.report import render_json, render_markdown
 from qarm_audit.resolve import matchers as matchers_module
-from qarm_audit.resolve.matchers import FirstMatch, regex_deadline
+from qarm_audit.resolve.matchers import FirstMatch
 from qarm_audit.sources import Checkpoint, Origin, ShardHeader, TensorEntry, open_source
 from qarm_audit.sources.header import BITS_LIMIT, DTYPE_BITS, HEADER_CAP, length_prefix
 from qarm_audit.sources.index import parse_index
@@ -470,13 +470,6 @@ def ct_checkpoint(names: list[str], targets: list[str], ignore: list[str] | None
     return checkpoint([(f"{n}.weight", "BF16", (2,)) for n in names], {"config.json": config})
 
 
-@pytest.fixture
-def fast_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matchers_module, "MATCH_BUDGET", 0.3)
-    monkeypatch.setattr(matchers_module, "TOTAL_BUDGET", 0.6)
-    monkeypatch.setattr(matchers_module, "TICK", 0.05)
-
-
 @pytest.mark.parametrize("pattern", ["(a+)+b", "(a*)*b", "(\\w+)+x", "([a-z]+)*$"])
 def test_nested_quantifiers_are_refused_before_matching(
     tmp_path: Path, run: Any, pattern: str
@@ -489,69 +482,57 @@ def test_nested_quantifiers_are_refused_before_matching(
 
 
 SLOW = [
-    ("(a|aa)*b", "a" * 60),  # exponential, no nested quantifier: the heuristic misses it
+    ("(a|aa)*b", "a" * 60),  # exponential in Python's re, no nested quantifier
     ("(a|a)*b", "a" * 60),
     ("(.*a){25}", "a" * 60),  # a bounded repeat of a quantified body
     (".*" * 12 + "x", "a" * 300),  # polynomial, no group at all
 ]
 
 
-@pytest.mark.usefixtures("fast_budget")
 @pytest.mark.parametrize(("pattern", "name"), SLOW, ids=[p for p, _ in SLOW])
 @pytest.mark.parametrize("where", ["targets", "ignore"])
-def test_slow_patterns_the_heuristic_misses_are_stopped(
+def test_patterns_that_backtrack_in_python_are_answered_in_linear_time(
     tmp_path: Path, run: Any, pattern: str, name: str, where: str
 ) -> None:
+    """re2 has these patterns' exact semantics on such names: they are matched there, in
+    linear time, and the audit's answer is the same on every run and under any load."""
     targets, ignore = (
         (["re:" + pattern], None) if where == "targets" else (["Linear"], ["re:" + pattern])
     )
     ckpt = ct_checkpoint([name], targets, ignore)
-    start = time.perf_counter()
+    first = render_json(audit(ckpt))
+    assert render_json(audit(ckpt)) == first
+    path = manifest_file(tmp_path / "m.manifest.json", ckpt)
+    result = run("audit", path, "-f", "json")
+    assert result.exit_code in (0, 1), result.output
+
+
+UNSAFE = ["(?=a)(a|aa)*b", "(a)\\1(a|aa)*b", "(?!x)(.*a){25}", "(?<=x)(.*)*y"]
+
+
+@pytest.mark.parametrize("pattern", UNSAFE)
+@pytest.mark.parametrize("where", ["targets", "ignore"])
+def test_patterns_only_python_runs_that_can_backtrack_are_refused_before_matching(
+    tmp_path: Path, run: Any, pattern: str, where: str
+) -> None:
+    targets, ignore = (
+        (["re:" + pattern], None) if where == "targets" else (["Linear"], ["re:" + pattern])
+    )
+    ckpt = ct_checkpoint(["a" * 60], targets, ignore)
     with pytest.raises(PatternError, match="catastrophic backtracking") as info:
         audit(ckpt)
-    assert time.perf_counter() - start < 0.3 + 0.3
     assert info.value.where == where
     path = manifest_file(tmp_path / "m.manifest.json", ckpt)
-    start = time.perf_counter()
-    refused(run("audit", path), 2, "qarm stopped them")
-    assert time.perf_counter() - start < 2.0
+    refused(run("audit", path), 2, "catastrophic backtracking")
 
 
-@pytest.mark.usefixtures("fast_budget")
-def test_many_moderately_slow_names_hit_the_total_budget() -> None:
-    """Each name stays under the per-name budget; together they pass the total one."""
-    names = [f"{'a' * 24}{i:04d}" for i in range(2000)]  # ~5 ms each with (a|aa)*b
-    start = time.perf_counter()
-    with pytest.raises(PatternError, match=r"more than 0.6 s in all"):
-        audit(ct_checkpoint(names, ["re:(a|aa)*b"]))
-    assert time.perf_counter() - start < 2.0
-
-
-def test_benign_patterns_are_unaffected_and_the_timer_is_restored() -> None:
+def test_benign_patterns_are_unaffected() -> None:
     names = [f"model.layers.{i}.mlp.down_proj" for i in range(200)]
-    before = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL))
     report = audit(ct_checkpoint(names, ["re:.*down_proj$"]))
     assert report.refusals  # declared FP8, ships BF16: audited to the end
-    assert (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)) == before
 
 
-def test_the_watchdog_never_touches_a_callers_alarm() -> None:
-    """A caller that uses SIGALRM keeps it: qarm runs unguarded (the heuristic still applies)."""
-    fired: list[int] = []
-    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 30)
-        with regex_deadline():
-            assert not matchers_module._WATCH.armed
-            assert FirstMatch(["model"], "targets").first("model.x") == 0
-        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    assert fired == []
-
-
-def test_outside_the_main_thread_matching_is_unguarded_but_works() -> None:
+def test_outside_the_main_thread_matching_works_the_same() -> None:
     out: list[Any] = []
     worker = threading.Thread(target=lambda: out.append(audit(ct_checkpoint(["a.b"], ["re:a"]))))
     worker.start()
@@ -1054,7 +1035,6 @@ def test_a_closed_stdout_ends_quietly_with_the_exit_code_the_audit_earned(
 
 def test_ctrl_c_while_writing_exits_130(tmp_path: Path) -> None:
     """SIGINT to the real process, blocked writing a report nobody reads yet."""
-    import signal
 
     process = _qarm("audit", *[clean_folder(tmp_path)] * 80, "-f", "json")
     assert process.stdout is not None and process.stderr is not None

@@ -7,8 +7,6 @@ its message), so that a changed literal, a dropped argument or a flipped conditi
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from typing import Any
 
 import pytest
@@ -30,17 +28,14 @@ from qarm_audit.declarations import read_declaration
 from qarm_audit.declarations.schemes import Scheme
 from qarm_audit.errors import PatternError
 from qarm_audit.modules.inventory import ModuleInfo, build_inventory
-from qarm_audit.resolve import matchers
 from qarm_audit.resolve.matchers import (
     FirstMatch,
     PrefixIndex,
     SubstringSet,
     WildcardSet,
     _top_level_bar,
-    _Watch,
     compile_user_regex,
     glob_prefix,
-    regex_deadline,
     regex_prefix,
 )
 from qarm_audit.resolve.resolver import Membership, _language_model_aliases, resolve
@@ -1126,104 +1121,36 @@ def test_substring_set() -> None:
     assert SubstringSet([""]).first("anything") is None
 
 
-# -- the regex watchdog ---------------------------------------------------------------------
+# -- the deterministic regex guard ----------------------------------------------------------
 
 
-@pytest.fixture
-def budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matchers, "TICK", 0.25)
-    monkeypatch.setattr(matchers, "MATCH_BUDGET", 1.0)
-    monkeypatch.setattr(matchers, "TOTAL_BUDGET", 2.0)
-
-
-def test_watch_starts_idle() -> None:
-    watch = _Watch()
-    state = (watch.armed, watch.serial, watch.current, watch.seen, watch.ticks, watch.total_ticks)
-    assert state == (False, 0, None, -1, 0, 0)
-    watch.tick(signal.SIGALRM, None)
-    assert (watch.seen, watch.ticks, watch.total_ticks) == (-1, 0, 0)  # nothing running
-
-
-@pytest.mark.usefixtures("budget")
-def test_watch_stops_one_slow_name_at_its_budget() -> None:
-    watch = _Watch()
-    watch.serial, watch.current = 7, ("targets", ["(a|aa)*b", "x"], "a" * 100)
-    for n in (1, 2, 3):
-        watch.tick(signal.SIGALRM, None)
-        assert (watch.seen, watch.ticks, watch.total_ticks) == (7, n, n)
+def test_a_pattern_only_python_runs_and_that_can_blow_up_is_refused_by_name() -> None:
     with pytest.raises(PatternError) as info:
-        watch.tick(signal.SIGALRM, None)  # 4 x 0.25 s = the 1 s budget, exactly
+        FirstMatch(["x", "(?=a)(a|aa)*b"], "targets")
     assert info.value.where == "targets"
     assert info.value.problem == (
-        "re: patterns '(a|aa)*b', 'x' ran for more than 1 s on the module name "
-        f"'{'a' * 77}...' (catastrophic backtracking); qarm stopped them"
+        "pattern '(?=a)(a|aa)*b' needs Python's re (re2 has no equivalent for it) and repeats "
+        "in a way that can backtrack without end (catastrophic backtracking); qarm refuses it"
     )
-    assert watch.current is None
+    assert FirstMatch(["(?=a)a*b"], "targets").first("aab") == 0  # one repeat: safe
 
 
-@pytest.mark.usefixtures("budget")
-def test_watch_sums_many_names_against_the_total_budget() -> None:
-    watch = _Watch()
-    for serial in range(1, 8):  # a new name at each tick: never one name for long
-        watch.serial, watch.current = serial, ("ignore", ["p" * 400], "name")
-        watch.tick(signal.SIGALRM, None)
-        assert (watch.seen, watch.ticks, watch.total_ticks) == (serial, 1, serial)
-    watch.serial = 8
+@pytest.mark.parametrize(("length", "shown"), [(80, "a" * 79 + "\n"), (81, "a" * 77 + "...")])
+def test_a_name_re2_cannot_answer_for_an_unsafe_pattern_is_refused_by_name(
+    length: int, shown: str
+) -> None:
+    fm = FirstMatch(["(a|aa)*$"], "ignore")
+    name = "a" * (length - 1) + "\n"
     with pytest.raises(PatternError) as info:
-        watch.tick(signal.SIGALRM, None)
+        fm.first(name)
     assert info.value.where == "ignore"
-    listed = repr("p" * 400)[:300]
+    shown_repr = repr(shown)
     assert info.value.problem == (
-        f"re: patterns {listed} ran for more than 2 s in all (last on 'name') "
-        "(catastrophic backtracking); qarm stopped them"
+        f"pattern '(a|aa)*$' can be matched in linear time only on printable ASCII names, and "
+        f"the module name {shown_repr} is not; Python's re could backtrack without end on it "
+        "(catastrophic backtracking); qarm refuses it"
     )
-
-
-def test_regex_deadline_arms_once_and_restores() -> None:
-    watch = matchers._WATCH
-    assert not watch.armed
-    with regex_deadline():
-        assert watch.armed and signal.getsignal(signal.SIGALRM) == watch.tick
-        interval = signal.getitimer(signal.ITIMER_REAL)[1]
-        assert interval == pytest.approx(matchers.TICK)
-        with regex_deadline():  # re-entrant: the inner block changes nothing
-            assert watch.armed
-        assert watch.armed
-    assert not watch.armed
-    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    with pytest.raises(KeyError), regex_deadline():
-        raise KeyError("x")
-    assert not watch.armed and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-
-
-def test_first_match_marks_the_match_in_progress() -> None:
-    watch = matchers._WATCH
-    fm = FirstMatch(["a", "b"], "targets")
-    seen: list[Any] = []
-
-    class Spy:
-        def __init__(self, real: Any) -> None:
-            self.real = real
-
-        def match(self, name: str) -> Any:
-            seen.append((watch.armed, watch.current, watch.serial))
-            return self.real.match(name)
-
-    fm.compiled = [Spy(c) for c in fm.compiled]  # type: ignore[misc]
-    assert fm.first("b") == 1  # not armed: first() arms for the call
-    assert seen[-1][:2] == (True, ("targets", ["a", "b"], "b"))
-    assert watch.current is None and not watch.armed
-    with regex_deadline():
-        before = watch.serial
-        assert fm.first("a") == 0
-        assert seen[-1] == (True, ("targets", ["a", "b"], "a"), before + 1)
-        assert watch.current is None
-    out: list[Any] = []
-    worker = threading.Thread(target=lambda: out.append(fm.first("b")))
-    worker.start()
-    worker.join(10)
-    assert out == [1] and seen[-1][0] is False  # no watchdog outside the main thread
+    assert fm.first("a" * 200) == 0  # printable ASCII: re2, linear
 
 
 # -- second round: the survivors of the first mutmut run with this file ----------------------
@@ -1247,17 +1174,6 @@ def test_trie_regex_factors_shared_prefixes() -> None:
     assert trie_regex(["a", "ab", "ac"]) == "a(?:b|c)?"
     assert trie_regex(["a.b", "a"]) == "a(?:\\.b)?"
     assert trie_regex(["ab", "cd"]) == "(?:ab|cd)"
-
-
-@pytest.mark.usefixtures("budget")
-@pytest.mark.parametrize(("length", "shown"), [(80, "b" * 80), (81, "b" * 77 + "...")])
-def test_watch_shows_names_up_to_80_characters(length: int, shown: str) -> None:
-    watch = _Watch()
-    watch.serial, watch.current = 1, ("targets", ["p"], "b" * length)
-    with pytest.raises(PatternError) as info:
-        for _ in range(4):
-            watch.tick(signal.SIGALRM, None)
-    assert f"on the module name '{shown}' (" in info.value.problem
 
 
 def test_more_shape_edges() -> None:

@@ -202,6 +202,7 @@ class Decider:
     env: dict[str, str]
     gpu: int | None
     _cache: dict[tuple[object, ...], ArmDecision] = field(default_factory=dict)
+    _outcomes: dict[tuple[object, ...], list[Outcome]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.caps: tuple[int | None, ...] = (
@@ -210,6 +211,10 @@ class Decider:
             else tuple(STANDARD_GPUS)
         )
         self._contains = sorted({s for r in self.profile.rules for s in r.module_contains or ()})
+        self._named = frozenset(
+            op for r in self.profile.rules for op in (*r.operands_present, *r.operands_absent)
+        )
+        """The operands some rule names: a view's others cannot change a decision."""
 
     @property
     def splits(self) -> bool:
@@ -234,9 +239,25 @@ class Decider:
         """Which of the profile's ``module_contains`` strings the name holds."""
         return tuple(s in module for s in self._contains)
 
+    def key(self, view: View) -> tuple[object, ...]:
+        """What the rules can see of the view, as a plain tuple: every field but the module
+        name (seen only through the module_contains marks) and the operands no rule names."""
+        return (
+            view.declared_family,
+            view.declared_algo,
+            view.declared_arm,
+            view.declared_strategy,
+            view.producer,
+            view.mixed,
+            view.declaration_form,
+            view.groups_weight_only,
+            view.shipped,
+            view.operands & self._named,
+            self.marks(view.module),
+        )
+
     def decide(self, view: View, cap: int | None) -> ArmDecision:
-        marks = self.marks(view.module)
-        key = (view.model_copy(update={"module": ""}), marks, cap)
+        key = (*self.key(view), cap)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._decide(view, cap)
@@ -265,7 +286,15 @@ class Decider:
         )
 
     def outcomes(self, view: View) -> list[Outcome]:
-        """Every distinct decision for ``view`` with the capabilities it holds on."""
+        """Every distinct decision for ``view`` with the capabilities it holds on (the same
+        list for views the rules cannot tell apart)."""
+        key = self.key(view)
+        hit = self._outcomes.get(key)
+        if hit is None:
+            hit = self._outcomes[key] = self._outcomes_of(view)
+        return hit
+
+    def _outcomes_of(self, view: View) -> list[Outcome]:
         by: dict[ArmDecision, list[int | None]] = {}
         for cap in self.caps:
             by.setdefault(self.decide(view, cap), []).append(cap)
@@ -342,6 +371,7 @@ def arm_rows(
     # Each value: chunks of modules alike (one layout each), in module order of their first.
     groups: dict[tuple[str, ArmDecision, str | None], list[list[ModuleInfo]]] = {}
     findings: list[Finding] = []
+    views: dict[tuple[object, ...], View] = {}
     for group in alike:
         membership, spelling = group.membership, group.spelling
         if not membership.declared_quantized or spelling is None:
@@ -350,14 +380,23 @@ def arm_rows(
             continue
         for members in decider.split_by_marks(group.members):
             first = members[0]
-            view = make_view(
-                declaration,
-                _scheme_of(declaration, membership),
-                routing=routing,
-                module=first.name,
-                shipped=spelling,
-                operands=first.operands,
+            # modules unlike in layout are mostly alike to the rules: one view for those
+            shape = (
+                membership.bucket,
+                spelling.family,
+                frozenset(first.operands),
+                decider.marks(first.name),
             )
+            view = views.get(shape)
+            if view is None:
+                view = views[shape] = make_view(
+                    declaration,
+                    _scheme_of(declaration, membership),
+                    routing=routing,
+                    module=first.name,
+                    shipped=spelling,
+                    operands=first.operands,
+                )
             for outcome in decider.outcomes(view):
                 decision = outcome.decision
                 groups.setdefault((membership.bucket, decision, outcome.gpu), []).append(members)

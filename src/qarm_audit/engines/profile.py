@@ -407,27 +407,29 @@ def _env_holds(env: dict[str, str], key: str, wanted: str | list[str]) -> bool:
 def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
     """Whether every condition of ``rule`` holds. A GPU condition never holds without a GPU."""
     algo = view.declared_algo if rule.case_sensitive else view.declared_algo.upper()
-    checks = (
-        rule.declared_family is None or view.declared_family in rule.declared_family,
-        rule.declared_algo is None or algo in rule.declared_algo,
-        rule.declared_algo_not is None or algo not in rule.declared_algo_not,
-        rule.declared_algo_contains is None
-        or any(part in view.declared_algo for part in rule.declared_algo_contains),
-        rule.declared_arm is None or view.declared_arm in rule.declared_arm,
-        rule.declared_strategy is None or view.declared_strategy in rule.declared_strategy,
-        rule.producer is None or view.producer in rule.producer,
-        rule.mixed is None or view.mixed == rule.mixed,
-        rule.mixed_nvfp4 is None or view.mixed_nvfp4 == rule.mixed_nvfp4,
-        rule.declaration_form is None or view.declaration_form in rule.declaration_form,
-        rule.declaration_file is None or view.declaration_file in rule.declaration_file,
-        rule.groups_weight_only is None or view.groups_weight_only == rule.groups_weight_only,
-        rule.module_contains is None or any(s in view.module for s in rule.module_contains),
-        rule.shipped is None or view.shipped in rule.shipped,
-        all(op in view.operands for op in rule.operands_present),
-        not any(op in view.operands for op in rule.operands_absent),
-        all(_env_holds(env, k, v) for k, v in rule.env.items()),
-    )
-    if not all(checks):
+    # in order, each only when the ones before it hold: most rules fail on the first
+    if not (
+        (rule.declared_family is None or view.declared_family in rule.declared_family)
+        and (rule.declared_algo is None or algo in rule.declared_algo)
+        and (rule.declared_algo_not is None or algo not in rule.declared_algo_not)
+        and (
+            rule.declared_algo_contains is None
+            or any(part in view.declared_algo for part in rule.declared_algo_contains)
+        )
+        and (rule.declared_arm is None or view.declared_arm in rule.declared_arm)
+        and (rule.declared_strategy is None or view.declared_strategy in rule.declared_strategy)
+        and (rule.producer is None or view.producer in rule.producer)
+        and (rule.mixed is None or view.mixed == rule.mixed)
+        and (rule.mixed_nvfp4 is None or view.mixed_nvfp4 == rule.mixed_nvfp4)
+        and (rule.declaration_form is None or view.declaration_form in rule.declaration_form)
+        and (rule.declaration_file is None or view.declaration_file in rule.declaration_file)
+        and (rule.groups_weight_only is None or view.groups_weight_only == rule.groups_weight_only)
+        and (rule.module_contains is None or any(s in view.module for s in rule.module_contains))
+        and (rule.shipped is None or view.shipped in rule.shipped)
+        and all(op in view.operands for op in rule.operands_present)
+        and not any(op in view.operands for op in rule.operands_absent)
+        and all(_env_holds(env, k, v) for k, v in rule.env.items())
+    ):
         return False
     if rule.gpu_min is None and rule.gpu_max is None:
         return True

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import repeat
 from operator import itemgetter
 
 from ..errors import IntegrityError
@@ -99,20 +100,18 @@ def layout_key(info: ModuleInfo) -> object:
 
 def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     """Group tensors by module; KV scales stay attached to the module that ships them."""
+    entries = list(tensors)
+    # names split in C; a name that splits as another does is found (and named) by the loop
+    parts = list(map(str.rpartition, map(_NAME, entries), repeat(".")))
     table: dict[str, dict[str, TensorEntry]] = {}
-    for entry in tensors:
-        module, _, operand = entry.name.rpartition(".")
-        operands = table.get(module)
+    get = table.get
+    for (module, _, operand), entry in zip(parts, entries, strict=True):
+        operands = get(module)
         if operands is None:
             operands = table[module] = {}
-        elif operand in operands:
-            # distinct names can split alike ("a" and ".a"); losing one would go unaudited
-            raise IntegrityError(
-                entry.name,
-                f"splits into module {module!r} and operand {operand!r}, as "
-                f"{operands[operand].name!r} does; the two cannot be told apart",
-            )
         operands[operand] = entry
+    if sum(map(len, table.values())) != len(entries):
+        table = _table_naming_the_clash(entries)
     modules: dict[str, ModuleInfo] = {}
     layouts: dict[Layout, int] = {}
     # A module's kind depends on its name only through its leaf and ".experts"
@@ -126,6 +125,27 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
         modules[module] = ModuleInfo(module, operands, kind, layout=layout)
     assign_engine_names(modules)
     return modules
+
+
+def _table_naming_the_clash(entries: list[TensorEntry]) -> dict[str, dict[str, TensorEntry]]:
+    table: dict[str, dict[str, TensorEntry]] = {}
+    for entry in entries:
+        module, _, operand = entry.name.rpartition(".")
+        operands = table.get(module)
+        if operands is None:
+            operands = table[module] = {}
+        elif operand in operands:
+            # distinct names can split alike ("a" and ".a"); losing one would go unaudited
+            raise IntegrityError(
+                entry.name,
+                f"splits into module {module!r} and operand {operand!r}, as "
+                f"{operands[operand].name!r} does; the two cannot be told apart",
+            )
+        operands[operand] = entry
+    return table
+
+
+_NAME = itemgetter(0)
 
 
 def _kind(module: str, operands: dict[str, TensorEntry]) -> str:

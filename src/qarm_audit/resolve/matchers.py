@@ -1,24 +1,25 @@
 """Pattern sets matched flat in the number of patterns.
 
 Engines loop over every pattern for every module; an auditor of million-tensor checkpoints
-cannot. Each pattern is filed under its literal prefix (what any name it matches must start
-with), so a name is tried only against the few patterns whose prefix it starts with; patterns
-with no literal prefix (``*q_proj``, ``re:.*attn``) share one alternation. The deciding pattern
-is the first, in declaration order, of the candidates that match.
+cannot. Wildcards are filed under their literal prefix (what any name they match must start
+with), so a name is tried only against the few whose prefix it starts with; ``re:`` patterns
+under the literals every match of theirs must contain (found in a name by one Aho-Corasick
+pass, whether the pattern starts with them or with ``.*``). The deciding pattern is the first,
+in declaration order, of the candidates that match.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
+import functools
 import re
-import signal
-import threading
-from collections.abc import Iterator, Sequence
-from types import FrameType
-from typing import TypeAlias
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias, TypeVar
+
+import ahocorasick
 
 from ..errors import PatternError
+from .regex_plan import Plan, plan, re2_match
 
 MAX_PATTERN_LENGTH = 4096
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
@@ -27,6 +28,22 @@ _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
 
 def compile_user_regex(pattern: str, where: str) -> re.Pattern[str]:
     """Compile a ``re:`` pattern from a declaration, refusing unsafe or broken ones by name."""
+    return _guarded(pattern, where, re.compile)
+
+
+def plan_user_regex(pattern: str, where: str) -> Plan:
+    """Plan a ``re:`` pattern from a declaration (parsed once per pattern and process),
+    refusing unsafe or broken ones by name, as :func:`compile_user_regex` does."""
+    return _guarded(pattern, where, _plan)
+
+
+_plan = functools.lru_cache(maxsize=16384)(plan)
+"""The resolver and the producer view plan the same patterns: once each."""
+
+_T = TypeVar("_T")
+
+
+def _guarded(pattern: str, where: str, build: Callable[[str], _T]) -> _T:
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise PatternError(where, f"pattern of {len(pattern)} characters is above the cap")
     if _NESTED_QUANTIFIER.search(pattern):
@@ -34,7 +51,7 @@ def compile_user_regex(pattern: str, where: str) -> re.Pattern[str]:
             where, f"pattern {pattern!r} nests quantifiers (catastrophic backtracking)"
         )
     try:
-        return re.compile(pattern)
+        return build(pattern)
     except re.error as exc:
         raise PatternError(where, f"pattern {pattern!r} does not compile: {exc}") from None
     except (OverflowError, ValueError) as exc:  # a{4294967296}: a count beyond re's range
@@ -128,115 +145,95 @@ class PrefixIndex:
 
 
 class FirstMatch:
-    """The first pattern, in declaration order, that ``re.match``-es a name (start-anchored)."""
+    """The first pattern, in declaration order, that ``re.match``-es a name (start-anchored).
+
+    Each pattern is planned once (:mod:`.regex_plan`): a name is tried only against the
+    patterns whose required literals it holds (found by one Aho-Corasick pass over the name,
+    flat in the number of patterns) and those with none; each candidate is matched in re2
+    where re2 has the pattern's exact semantics for that name, else in Python's ``re`` where
+    that cannot backtrack catastrophically, else refused. No clock is involved: the same
+    patterns and names always give the same answer or the same refusal."""
 
     def __init__(self, patterns: Sequence[str], where: str) -> None:
         self.patterns = list(patterns)
         self.where = where
-        self.compiled = [compile_user_regex(p, where) for p in self.patterns]
-        self.index = PrefixIndex([regex_prefix(p) for p in self.patterns])
+        self.plans = [plan_user_regex(p, where) for p in self.patterns]
+        self.python: dict[int, re.Pattern[str]] = {}
+        """Python's compiled patterns, made where first needed (re2 takes most names)."""
+        for pattern, planned in zip(self.patterns, self.plans, strict=True):
+            if planned.re2 is None and not planned.python_safe:
+                raise PatternError(
+                    where,
+                    f"pattern {pattern!r} needs Python's re (re2 has no equivalent for it) and "
+                    "repeats in a way that can backtrack without end (catastrophic "
+                    "backtracking); qarm refuses it",
+                )
+        self.plain = [
+            re2_match(planned.re2) if planned.re2 is not None else self._compiled(number).match
+            for number, planned in enumerate(self.plans)
+        ]
+        """What matches a printable-ASCII name, per pattern: re2 wherever it can."""
+        self.always = [n for n, planned in enumerate(self.plans) if not planned.literals]
+        by_literal: dict[str, list[int]] = {}
+        for number, planned in enumerate(self.plans):
+            if planned.literals:
+                by_literal.setdefault(planned.literals[0], []).append(number)
+        self.automaton: Any = None
+        if by_literal:
+            self.automaton = ahocorasick.Automaton()
+            for literal, numbers in by_literal.items():
+                self.automaton.add_word(literal, tuple(numbers))
+            self.automaton.make_automaton()
+
+    def candidates(self, name: str) -> list[int] | tuple[int, ...]:
+        """Pattern numbers, in order, that could match ``name``."""
+        hits = list(self.automaton.iter(name)) if self.automaton is not None else []
+        if not self.always:
+            if not hits:
+                return ()
+            if len(hits) == 1:
+                numbers: tuple[int, ...] = hits[0][1]
+                return numbers
+        found = set(self.always)
+        for _end, numbers in hits:
+            found.update(numbers)
+        return sorted(found)
 
     def first(self, name: str) -> int | None:
-        """Index of the first matching pattern, or None (under :func:`regex_deadline`)."""
-        watch = _WATCH
-        if not watch.armed:
-            with regex_deadline():
-                if watch.armed:
-                    return self.first(name)
-                return self._first(name)  # no timer can be set here: unguarded
-        watch.serial += 1
-        watch.current = (self.where, self.patterns, name)
-        try:
-            return self._first(name)
-        finally:
-            watch.current = None
-
-    def _first(self, name: str) -> int | None:
-        for number in sorted(self.index.candidates(name)):
-            if self.compiled[number].match(name):
+        """Index of the first matching pattern, or None."""
+        numbers = self.candidates(name)
+        if not numbers:
+            return None
+        if name.isascii() and name.isprintable():
+            plain = self.plain
+            for number in numbers:
+                if plain[number](name):
+                    return number
+            return None
+        for number in numbers:
+            if self._match(number, name):
                 return number
         return None
 
-
-MATCH_BUDGET = 1.0
-"""Seconds one name may take against a declaration's ``re:`` patterns before qarm refuses them."""
-
-TOTAL_BUDGET = 10.0
-"""Seconds all the ``re:`` matching of one :func:`regex_deadline` may take, summed."""
-
-TICK = 0.1
-"""Seconds between two looks of the watchdog at the match in progress."""
-
-
-class _Watch:
-    """The match in progress, for the watchdog (main thread only, hence no lock)."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.serial = 0
-        self.current: tuple[str, list[str], str] | None = None
-        self.seen = -1
-        self.ticks = 0
-        self.total_ticks = 0
-
-    def tick(self, signum: int, frame: FrameType | None) -> None:
-        current = self.current
-        if current is None:
-            return
-        self.total_ticks += 1
-        if self.serial != self.seen:
-            self.seen, self.ticks = self.serial, 0
-        self.ticks += 1
-        slow = self.ticks * TICK >= MATCH_BUDGET
-        if slow or self.total_ticks * TICK >= TOTAL_BUDGET:
-            where, patterns, name = current
-            self.current = None
+    def _match(self, number: int, name: str) -> bool:
+        planned = self.plans[number]
+        if planned.re2 is not None and not planned.needs_python(name):
+            return planned.re2.match(name) is not None
+        if not planned.python_safe:
             shown = name if len(name) <= 80 else name[:77] + "..."
-            spent = (
-                f"ran for more than {MATCH_BUDGET:g} s on the module name {shown!r}"
-                if slow
-                else f"ran for more than {TOTAL_BUDGET:g} s in all (last on {shown!r})"
-            )
-            listed = ", ".join(repr(p) for p in patterns)
             raise PatternError(
-                where,
-                f"re: patterns {listed[:300]} {spent} (catastrophic backtracking); qarm stopped "
-                "them",
+                self.where,
+                f"pattern {self.patterns[number]!r} can be matched in linear time only on "
+                f"printable ASCII names, and the module name {shown!r} is not; Python's re "
+                "could backtrack without end on it (catastrophic backtracking); qarm refuses it",
             )
+        return self._compiled(number).match(name) is not None
 
-
-_WATCH = _Watch()
-
-
-@contextlib.contextmanager
-def regex_deadline() -> Iterator[None]:
-    """Bound the time ``re:`` patterns may take inside the block: a watchdog (``SIGALRM`` every
-    :data:`TICK` s) interrupts a match that runs past :data:`MATCH_BUDGET` or a block whose
-    matches sum past :data:`TOTAL_BUDGET`, with a :class:`PatternError`. Python's ``re`` checks
-    for signals while it backtracks, so even an exponential match stops.
-
-    Only in the main thread, and only when nothing else uses ``SIGALRM`` or the real-time
-    interval timer; elsewhere the block runs unguarded (see docs/reliability.md). Re-entrant.
-    """
-    watch = _WATCH
-    if (
-        watch.armed
-        or not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL  # None: set outside Python
-        or signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)
-    ):
-        yield
-        return
-    previous = signal.signal(signal.SIGALRM, watch.tick)
-    watch.armed, watch.current, watch.seen, watch.total_ticks = True, None, -1, 0
-    signal.setitimer(signal.ITIMER_REAL, TICK, TICK)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        watch.armed, watch.current = False, None
+    def _compiled(self, number: int) -> re.Pattern[str]:
+        compiled = self.python.get(number)
+        if compiled is None:
+            compiled = self.python[number] = compile_user_regex(self.patterns[number], self.where)
+        return compiled
 
 
 class WildcardSet:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from ..declarations import CompressedTensorsRules, Declaration
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
-from .matchers import FirstMatch, regex_deadline
+from .matchers import FirstMatch
 from .resolver import EXCLUDED, UNLISTED, Membership
 
 LINEAR_MRO = ("Linear", "Module")
@@ -55,9 +55,8 @@ def producer_view(
     rules = declaration.compressed_tensors
     if rules is None:
         return None
-    with regex_deadline():
-        view = _CompressedTensorsProducer(rules)
-        return {name: view.resolve(info) for name, info in modules.items()}
+    view = _CompressedTensorsProducer(rules)
+    return {name: view.resolve(info) for name, info in modules.items()}
 
 
 class _CompressedTensorsProducer:

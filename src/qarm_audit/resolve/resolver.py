@@ -17,7 +17,7 @@ from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules
 from ..findings import Finding, finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
-from .matchers import FirstMatch, SubstringSet, WildcardSet, regex_deadline
+from .matchers import FirstMatch, SubstringSet, WildcardSet
 
 
 class Membership(NamedTuple):
@@ -106,8 +106,7 @@ def resolve(
     if declaration.modelopt is not None:
         return _ModelOpt(declaration.modelopt, modules, split_star).run()
     if declaration.compressed_tensors is not None:
-        with regex_deadline():  # one watchdog for every re: match of the run
-            return _CompressedTensors(declaration.compressed_tensors, modules).run()
+        return _CompressedTensors(declaration.compressed_tensors, modules).run()
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 

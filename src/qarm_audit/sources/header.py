@@ -15,6 +15,8 @@ from itertools import chain, repeat
 from operator import eq, itemgetter, sub
 from typing import Any
 
+import orjson
+
 from ..errors import HeaderError, HeaderTooLargeError, QarmError
 from .checkpoint import ShardHeader, TensorEntry
 
@@ -110,7 +112,20 @@ def loads_strict(
     """``json.loads`` that refuses duplicate keys, NaN/Infinity, pathological nesting, integers
     beyond Python's digit limit, lone surrogates (not Unicode text: the safetensors library
     refuses them too) and more ``[``/``{`` than :data:`CONTAINER_DENSITY` allows (or
-    ``max_containers``), all as ``error`` naming ``where``."""
+    ``max_containers``), all as ``error`` naming ``where``.
+
+    Most documents are parsed by orjson (:func:`loads_fast`), which gives exactly what this
+    strict parse gives or gives nothing, and then this parse runs and refuses what it refuses."""
+    fast = loads_fast(text, max_containers)
+    if fast is not _NO_PROOF:
+        return fast
+    return _loads_checked(text, where, error, max_containers)
+
+
+def _loads_checked(
+    text: str, where: str, error: type[QarmError], max_containers: int | None
+) -> Any:
+    """The strict parse itself: Python's json with a duplicate-key hook."""
     try:
         _check_containers(text, where, max_containers)
         document = json.loads(
@@ -135,6 +150,76 @@ def loads_strict(
         raise error(where, _long_integer(text) or f"not valid JSON: {exc}") from None
     except MemoryError:
         raise error(where, f"JSON of {len(text)} characters is too large to parse") from None
+
+
+_NO_PROOF: Any = object()
+"""What :func:`loads_fast` answers when it cannot prove its parse is the strict one."""
+
+FAST_DEPTH = 64
+"""Deeper documents are left to the strict parser (whose recursion limit orjson's differs from)."""
+
+
+def loads_fast(text: str | bytes, max_containers: int | None = None) -> Any:
+    """orjson's parse of ``text`` when it is provably what :func:`loads_strict` returns, else
+    :data:`_NO_PROOF` (then the strict parser decides, and names any fault).
+
+    The proof: ``text`` holds no backslash, so every string in it is spelled as it decodes (no
+    escape can spell a key twice or a surrogate); orjson refuses NaN, Infinity and invalid
+    UTF-8 itself; no float appears (orjson reads an integer beyond 64 bits as one, and a float
+    may round otherwise); no container is nested deeper than :data:`FAST_DEPTH`; the container
+    count is within the strict parser's cheap bound; and no object held a duplicate key: every
+    ``:`` outside a string separates exactly one key from its value, so the colons of the text
+    less those inside strings count the keys written, which equals the keys kept only when
+    no key was written twice in one object."""
+    if isinstance(text, bytes):
+        if not text.isascii() or b"\\" in text:  # the strict parser measures characters
+            return _NO_PROOF
+        colons, brackets = text.count(b":"), text.count(b"[") + text.count(b"{")
+    else:
+        if "\\" in text:
+            return _NO_PROOF
+        colons, brackets = text.count(":"), text.count("[") + text.count("{")
+    allowed = len(text) // CONTAINER_DENSITY + CONTAINER_FLOOR
+    if max_containers is not None:
+        allowed = min(allowed, max_containers)
+    if not (len(text) // 2 < allowed or brackets <= allowed):
+        return _NO_PROOF
+    try:
+        document = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _NO_PROOF
+    if not _keys_and_colons(document, colons):
+        return _NO_PROOF
+    return document
+
+
+def _keys_and_colons(document: Any, colons: int) -> bool:
+    """Whether a parsed document's text, holding ``colons`` colons and no backslash, wrote no
+    key twice in one object (see :func:`loads_fast`); False also where it holds a float or
+    nests deeper than :data:`FAST_DEPTH`. Walked one depth at a time, each depth's objects,
+    lists and strings counted in bulk (in C); the strings only when some colon is not a key's
+    (the colons equal the keys kept when no key was written twice and no string holds one)."""
+    keys = 0
+    texts: list[Any] = []  # what holds the strings: key iterables and lists of strings
+    level = [document]
+    for _depth in range(FAST_DEPTH + 1):
+        kinds = set(map(type, level))
+        if float in kinds:
+            return False
+        if str in kinds:
+            texts.append([v for v in level if type(v) is str])
+        dicts = level if kinds == _DICT else [v for v in level if type(v) is dict]
+        lists = [] if kinds == _DICT else [v for v in level if type(v) is list]
+        if not dicts and not lists:
+            break
+        keys += sum(map(len, dicts))
+        texts.append(chain.from_iterable(dicts))
+        level = list(chain(chain.from_iterable(map(dict.values, dicts)), *lists))
+    else:
+        return False
+    if colons == keys:
+        return True
+    return colons == keys + sum("".join(part).count(":") for part in texts)
 
 
 def _check_containers(text: str, where: str, cap: int | None) -> None:
@@ -226,6 +311,22 @@ def _refuse_negative_zero(text: str, file: str) -> None:
 
 def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> ShardHeader:
     """Parse the header bytes of ``file`` (without the prefix) and validate every entry."""
+    fast = _parse_fast(raw)
+    metadata, entries = fast if fast is not None else _parse_strict(raw, file)
+    ordered = validate_layout(entries, data_length=size - 8 - header_length, where=file)
+    return ShardHeader(
+        file=file,
+        size=size,
+        header_length=header_length,
+        metadata=metadata,
+        tensors=tuple(ordered),
+    )
+
+
+Parsed = tuple[dict[str, str] | None, list[TensorEntry]]
+
+
+def _parse_strict(raw: bytes, file: str) -> Parsed:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -243,20 +344,66 @@ def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> Sha
         and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
     ):
         raise HeaderError(file, "__metadata__ must map strings to strings")
-    entries = _entries(document, file)
-    ordered = validate_layout(entries, data_length=size - 8 - header_length, where=file)
-    return ShardHeader(
-        file=file,
-        size=size,
-        header_length=header_length,
-        metadata=metadata,
-        tensors=tuple(ordered),
-    )
+    return metadata, _entries(document, file)
+
+
+_NEGATIVE_ZERO_BYTES = re.compile(_NEGATIVE_ZERO.pattern.encode())
+
+
+def _parse_fast(raw: bytes) -> Parsed | None:
+    """What :func:`_parse_strict` returns, by orjson, for a header that is sound; None for any
+    other (the strict parse then refuses it by name, or accepts it the slow way).
+
+    Sound here: ASCII without a backslash (every string spelled as it decodes), within the
+    container bound, no ``-0``, parsed by orjson, ``__metadata__`` strings to strings, every
+    entry exactly ``dtype`` / ``shape`` / ``data_offsets`` of the right types (so no other
+    object and no float is anywhere), and no key written twice: every ``:`` outside a string
+    separates one key, so the text's colons less those inside its strings must equal the keys
+    orjson kept (see :func:`loads_fast`)."""
+    if raw[:1] != b"{" or not raw.isascii() or b"\\" in raw:
+        return None
+    allowed = len(raw) // CONTAINER_DENSITY + CONTAINER_FLOOR
+    if len(raw) // 2 >= allowed and raw.count(b"[") + raw.count(b"{") > allowed:
+        return None
+    if b"-0" in raw and _NEGATIVE_ZERO_BYTES.search(raw):
+        return None
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(document) is not dict:
+        return None
+    keys = len(document)
+    metadata = document.pop("__metadata__", None)
+    colons = 0
+    if metadata is not None:
+        if type(metadata) is not dict or not set(map(type, metadata.values())) <= _STR:
+            return None
+        keys += len(metadata)
+        colons += "".join(metadata).count(":") + "".join(metadata.values()).count(":")
+    columns = _columns(document)
+    if columns is None:
+        return None
+    entries, dtypes = columns
+    keys += 3 * len(entries)
+    colons += "".join(document).count(":") + "".join(dtypes).count(":")
+    if raw.count(b":") != keys + colons:
+        return None
+    return metadata, entries
 
 
 def _entries(document: dict[str, Any], where: str) -> list[TensorEntry]:
     """Every entry, checked column by column in C; the first entry that fails is then found
     and named by :func:`_entry`."""
+    columns = _columns(document)
+    if columns is not None:
+        return columns[0]
+    return [_entry(name, value, where) for name, value in document.items()]
+
+
+def _columns(document: dict[str, Any]) -> tuple[list[TensorEntry], list[str]] | None:
+    """(the entries, their dtypes) when every entry is sound, checked on whole columns in C;
+    None when any is not."""
     values = list(document.values())
     if set(map(type, values)) <= _DICT and all(map(eq, map(dict.keys, values), repeat(ENTRY_KEYS))):
         dtypes = list(map(_DTYPE, values))
@@ -271,8 +418,8 @@ def _entries(document: dict[str, Any], where: str) -> list[TensorEntry]:
             and _counts(flat := list(chain.from_iterable(offsets)))
         ):
             fields = zip(document, dtypes, map(tuple, shapes), flat[0::2], flat[1::2], strict=True)
-            return list(map(tuple.__new__, repeat(TensorEntry), fields))
-    return [_entry(name, value, where) for name, value in document.items()]
+            return list(map(tuple.__new__, repeat(TensorEntry), fields)), dtypes
+    return None
 
 
 def _counts(items: list[Any]) -> bool:

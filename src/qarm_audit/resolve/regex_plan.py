@@ -1,0 +1,277 @@
+"""How one ``re:`` pattern is matched: in re2 (linear time) where re2 has its exact semantics,
+else in Python's ``re`` where it cannot backtrack catastrophically, else refused. Every verdict
+follows from the pattern and the name alone, never from time or load.
+
+A pattern is read by Python's own parser (``re._parser``, the tree ``re.compile`` compiles), and
+that tree is written out again in re2's syntax, node by node: literals and classes as code
+points, groups without captures, repeats as counted repeats. Nodes re2 has no equivalent for
+(lookarounds, backreferences, conditionals, atomic groups, possessive repeats) leave the
+pattern to Python's ``re``. Greedy and lazy repeats find a match exactly when the other does,
+so ``re.match`` (is there a match at the start?) gives one answer in both engines, except where
+their classes or anchors differ, which depends on the name: ``$`` also matches before a final
+newline in Python, ``\\d \\w \\s \\b`` and case folding are Unicode in Python and ASCII in re2.
+A name holding a newline (for a pattern with ``$``) or anything but printable ASCII (for one with
+classes or ``(?i)``) is therefore matched by Python's ``re``, only where the pattern is safe.
+
+Safe for Python's backtracking: at most one repeat of more than one item in the whole pattern,
+and none nested in another or around an alternation. Such a match cannot take more than
+quadratic steps in the name.
+
+Required literals: text any match must contain (a run of literals outside any optional part),
+so a name that holds none of a pattern's is never tried against it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import re2
+
+_parser: Any = importlib.import_module("re._parser")
+_c: Any = importlib.import_module("re._constants")
+
+IGNORECASE = 2
+MULTILINE = 8
+DOTALL = 16
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # a pattern re2 refuses goes to Python's re, silently
+_OPTIONS.never_capture = True
+
+_CATEGORIES = {
+    "CATEGORY_DIGIT": r"\d",
+    "CATEGORY_NOT_DIGIT": r"\D",
+    "CATEGORY_SPACE": r"\s",
+    "CATEGORY_NOT_SPACE": r"\S",
+    "CATEGORY_WORD": r"\w",
+    "CATEGORY_NOT_WORD": r"\W",
+}
+
+
+class _NoEquivalent(Exception):
+    """A node re2 has no exact equivalent for."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a compiled pattern is matched."""
+
+    re2: Any | None
+    """The re2 form, or None where re2 cannot take the pattern."""
+    newline_sensitive: bool
+    """Holds a ``$`` (not multi-line): a name with a newline goes to Python's ``re``."""
+    class_sensitive: bool
+    """Holds ``\\d \\w \\s \\b`` (or their negations) or ``(?i)``: a name that is not printable
+    ASCII goes to Python's ``re``."""
+    python_safe: bool
+    """Python's backtracking cannot blow up on it (see the module docstring)."""
+    literals: tuple[str, ...]
+    """Text every match contains (the longest first), possibly none."""
+
+    def needs_python(self, name: str) -> bool:
+        """True where only Python's ``re`` has the pattern's exact answer for ``name``."""
+        if self.re2 is None:
+            return True
+        if self.newline_sensitive and "\n" in name:
+            return True
+        return self.class_sensitive and not (name.isascii() and name.isprintable())
+
+
+def plan(pattern: str) -> Plan:
+    """The plan for a pattern that ``re.compile`` accepts."""
+    tree = _parser.parse(pattern)
+    writer = _Writer()
+    try:
+        text = writer.seq(list(tree), tree.state.flags)
+        compiled = re2.compile(text, _OPTIONS)
+    except (_NoEquivalent, re2.error):
+        compiled = None
+    repeats, nested = _repeats(list(tree))
+    runs: list[str] = []
+    if not tree.state.flags & IGNORECASE:
+        _required(list(tree), runs)
+    literals = tuple(sorted({r for r in runs if r}, key=lambda r: (-len(r), r)))
+    return Plan(
+        re2=compiled,
+        newline_sensitive=writer.dollar,
+        class_sensitive=writer.classes,
+        python_safe=repeats <= 1 and not nested,
+        literals=literals,
+    )
+
+
+def re2_match(compiled: Any) -> Any:
+    """``name -> bool``: does ``compiled`` (an re2 pattern) match at the start of ``name``.
+
+    Calls re2's matcher directly (the wrapper's ``match`` maps byte offsets back to characters
+    for a match object, which costs four times the match); the wrapper where that is absent."""
+    regexp = getattr(compiled, "_regexp", None)
+    anchor = getattr(getattr(re2, "_Anchor", None), "ANCHOR_START", None)
+    if regexp is None or anchor is None or not hasattr(regexp, "Match"):
+        return lambda name: compiled.match(name) is not None
+    none = (-1, -1)
+
+    def match(name: str) -> bool:
+        data = name.encode("utf-8")
+        return bool(regexp.Match(anchor, data, 0, len(data))[0] != none)
+
+    return match
+
+
+def _char(code: int) -> str:
+    if 0xD800 <= code <= 0xDFFF:  # a lone surrogate: re2 reads UTF-8, which cannot hold one
+        raise _NoEquivalent
+    return f"\\x{{{code:x}}}"
+
+
+class _Writer:
+    """Python's parse tree written out in re2's syntax."""
+
+    def __init__(self) -> None:
+        self.dollar = False
+        self.classes = False
+
+    def seq(self, items: list[Any], flags: int) -> str:
+        return "".join(self.node(op, av, flags) for op, av in items)
+
+    def _fold(self, flags: int, code: int) -> None:
+        if flags & IGNORECASE:
+            if code > 0x7F:  # Python and re2 fold some non-ASCII letters differently
+                raise _NoEquivalent
+            self.classes = True
+
+    def node(self, op: Any, av: Any, flags: int) -> str:
+        name = str(op)
+        if name == "LITERAL":
+            self._fold(flags, av)
+            return _fold_group(flags, _char(av))
+        if name == "NOT_LITERAL":
+            self._fold(flags, av)
+            return _fold_group(flags, f"[^{_char(av)}]")
+        if name == "ANY":
+            return "(?s:.)" if flags & DOTALL else "[^\\n]"
+        if name == "IN":
+            return _fold_group(flags, self._class(av, flags))
+        if name == "AT":
+            return self._at(str(av), flags)
+        if name in ("MAX_REPEAT", "MIN_REPEAT"):
+            low, high, body = av
+            bound = "" if high is _c.MAXREPEAT else str(high)
+            return f"(?:{self.seq(list(body), flags)}){{{low},{bound}}}"
+        if name == "SUBPATTERN":
+            _group, add, remove, body = av
+            return f"(?:{self.seq(list(body), (flags | add) & ~remove)})"
+        if name == "BRANCH":
+            return "(?:" + "|".join(self.seq(list(b), flags) for b in av[1]) + ")"
+        raise _NoEquivalent  # ASSERT, ASSERT_NOT, GROUPREF*, ATOMIC_GROUP, POSSESSIVE_REPEAT
+
+    def _class(self, items: list[Any], flags: int) -> str:
+        out = []
+        negate = False
+        for op, av in items:
+            name = str(op)
+            if name == "NEGATE":
+                negate = True
+            elif name == "LITERAL":
+                self._fold(flags, av)
+                out.append(_char(av))
+            elif name == "RANGE":
+                self._fold(flags, av[0])
+                self._fold(flags, av[1])
+                out.append(f"{_char(av[0])}-{_char(av[1])}")
+            elif name == "CATEGORY" and str(av) in _CATEGORIES:
+                self.classes = True
+                out.append(_CATEGORIES[str(av)])
+            else:
+                raise _NoEquivalent
+        if not out:
+            raise _NoEquivalent
+        return "[" + ("^" if negate else "") + "".join(out) + "]"
+
+    def _at(self, where: str, flags: int) -> str:
+        if where == "AT_BEGINNING":
+            return "(?m:^)" if flags & MULTILINE else "^"
+        if where == "AT_BEGINNING_STRING":
+            return "\\A"
+        if where == "AT_END":
+            if flags & MULTILINE:
+                return "(?m:$)"
+            self.dollar = True  # Python: the end, or before a final newline
+            return "\\z"
+        if where == "AT_END_STRING":
+            return "\\z"
+        if where == "AT_BOUNDARY":
+            self.classes = True
+            return "\\b"
+        raise _NoEquivalent  # \B: Python's never matches an empty name, re2's does
+
+
+def _fold_group(flags: int, text: str) -> str:
+    return f"(?i:{text})" if flags & IGNORECASE else text
+
+
+def _repeats(items: list[Any]) -> tuple[int, bool]:
+    """(repeats of more than one item, whether one holds another repeat or an alternation)."""
+    count, nested = 0, False
+    for op, av in items:
+        name = str(op)
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            _low, high, body = av
+            many = high is _c.MAXREPEAT or high > 1
+            inner, deeper = _repeats(list(body))
+            count += inner + (1 if many else 0)
+            nested = nested or deeper or (many and (inner > 0 or _has_branch(list(body))))
+        elif name == "BRANCH":
+            for branch in av[1]:
+                inner, deeper = _repeats(list(branch))
+                count += inner
+                nested = nested or deeper
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT"):
+            inner, deeper = _repeats(_body(name, av))
+            count += inner
+            nested = nested or deeper
+        elif name == "GROUPREF_EXISTS":
+            for branch in av[1:]:
+                if branch is not None:
+                    inner, deeper = _repeats(list(branch))
+                    count += inner
+                    nested = nested or deeper
+    return count, nested
+
+
+def _has_branch(items: list[Any]) -> bool:
+    for op, av in items:
+        name = str(op)
+        if name in ("BRANCH", "GROUPREF_EXISTS"):
+            return True
+        if name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT") and _has_branch(
+            _body(name, av)
+        ):
+            return True
+    return False
+
+
+def _body(name: str, av: Any) -> list[Any]:
+    """The sequence inside a group or an assertion node."""
+    return list(av) if name == "ATOMIC_GROUP" else list(av[-1])
+
+
+def _required(items: list[Any], runs: list[str]) -> None:
+    """Append to ``runs`` the literal runs every match of the sequence ``items`` holds."""
+    run: list[str] = []
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            run.append(chr(av))
+            continue
+        runs.append("".join(run))
+        run = []
+        if name == "SUBPATTERN" and not av[1] & IGNORECASE:
+            _required(list(av[3]), runs)
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and av[0] >= 1:
+            _required(list(av[2]), runs)
+        elif name == "ATOMIC_GROUP":
+            _required(list(av), runs)
+    runs.append("".join(run))
