@@ -138,3 +138,13 @@ def test_grouped_rows_and_their_folds_are_escaped() -> None:
     assert "5 modules: " in row and "&lt;module> has no arm" in row
     fold = markdown[markdown.index("<summary>no-arm: all 5 modules, from ") :]
     assert fold.count("\n- ``model.layers.") == 5
+
+
+def test_an_arm_over_one_module_says_one_module(tmp_path: Path) -> None:
+    module = "model.layers.0.mlp.down_proj"
+    documents = {"hf_quant_config.json": modelopt_file("FP8", [])}
+    folder = write_checkpoint(
+        tmp_path / "c", {"model.safetensors": fp8_modelopt(module)}, documents
+    )
+    lines = [arm.line() for arm in audit(str(folder)).arms]
+    assert lines and all(line.endswith("[1 module]") for line in lines)

@@ -122,9 +122,10 @@ class ArmRow(_Row):
         verb = "=" if self.declared == self.executed else "->"
         kernel = f" ({self.kernel})" if self.kernel else ""
         gpu = f" on {self.gpu}" if self.gpu else ""
+        count = f"{self.modules} module{'' if self.modules == 1 else 's'}"
         return (
             f"{self.scheme}: declared {self.declared}{coverage} {verb} executed "
-            f"{self.executed}{kernel}{gpu} [{self.modules} modules]"
+            f"{self.executed}{kernel}{gpu} [{count}]"
         )
 
 
