@@ -1078,3 +1078,46 @@ def test_the_docs_list_every_rule_with_its_citation() -> None:
                 assert f"`{rule.source}`" in text, rule.source
         for quote in profile.load_errors:
             assert f"`{quote.source}`" in text
+
+
+# --- layers the arm line does not cover -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("weights", "operands", "refused"),
+    [
+        (
+            {"num_bits": 8, "type": "float", "strategy": "tensor"},
+            {"weight": ("F8_E4M3", (256, H)), "weight_scale": ("F32", (1,))},
+            True,
+        ),
+        (
+            {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 16},
+            {
+                "weight_packed": ("I32", (256, H // 8)),
+                "weight_scale": ("BF16", (256, H // 16)),
+                "weight_shape": ("I64", (2,)),
+            },
+            False,
+        ),
+    ],
+    ids=["fp8", "int4-group"],
+)
+def test_vllm_takes_a_compressed_tensors_embedding_only_as_int_by_group_or_channel(
+    tmp_path: Path, weights: dict[str, Any], operands: dict[str, Any], refused: bool
+) -> None:
+    """vLLM's VocabParallelEmbedding under compressed-tensors: CompressedTensorsEmbeddingWNA16Int
+    or a ValueError at load (compressed_tensors.py get_quant_method)."""
+    t = llama()
+    del t["model.embed_tokens.weight"]
+    t.update({f"model.embed_tokens.{k}": v for k, v in operands.items()})
+    fmt = "float-quantized" if weights["type"] == "float" else "pack-quantized"
+    block = ct_block({"g": {"targets": ["Embedding"], "weights": weights}}, ignore=[])
+    block["format"] = fmt
+    documents = {"config.json": {"model_type": "llama", "quantization_config": block}}
+    folder = write_checkpoint(tmp_path / "c", {"model.safetensors": t}, documents)
+    report = audit(str(folder))
+    found = [(r.code, r.module) for r in report.refusals]
+    assert found == ([("no-arm", "model.embed_tokens")] if refused else [])
+    if refused:
+        assert "embeddings only support weight-only INT" in report.refusals[0].message

@@ -64,8 +64,8 @@ PARTIAL_TARGET = (
 EMBEDDING_ARM = (
     "qarm resolves the embedding to its group as vLLM's find_matched_target does; vLLM then "
     "refuses a compressed-tensors embedding scheme that is not weight-only INT group/channel "
-    "(get_quant_method, compressed_tensors.py line 197): an engine-arm rule, not a resolution "
-    "(engines/, not modelled there yet)"
+    "(get_quant_method, compressed_tensors.py line 197): an engine rule, not a resolution; the "
+    "vllm profile's layer_errors refuse it as no-arm (tests/test_engines.py)"
 )
 REGEX_MODULE = (
     "vLLM compiles re: targets with the regex module, which accepts a global flag in mid "

@@ -15,7 +15,7 @@ from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.profile import ROUTINGS, Profile, resolve_env
-from ..engines.refusals import declaration_refusals
+from ..engines.refusals import declaration_refusals, layer_refusals
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
 from ..layers import build_tree, layer_facts, read_model_config, tree_findings
@@ -180,6 +180,7 @@ def _audit(
         alike=alike,
     )
     findings.extend(arm_findings)
+    findings.extend(layer_refusals(profile, declaration, modules, memberships))
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)
     moves = (
         routing_moves(profile, env, gpu, declaration, modules, memberships, spellings)

@@ -176,6 +176,32 @@ class DeclarationError(BaseModel):
         return self
 
 
+class LayerError(BaseModel):
+    """The engine refuses at load a layer of this kind declared with a scheme it does not
+    take there (vLLM: a compressed-tensors embedding that is not weight-only INT): ``no-arm``
+    on the module. The scheme loads when its family, weight-only-ness and weight strategy are
+    all among the ``loads_*`` values given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    producer: list[str] | None = None
+    layer_kind: list[str]
+    """The engine layer kinds (``embedding``, ...) the error is for."""
+    loads_family: list[str] | None = None
+    loads_weight_only: bool | None = None
+    loads_strategy: list[str] | None = None
+    reason: str
+    error: str
+    """The engine's error text; ``{scheme}`` is the declared scheme."""
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _cited(self) -> LayerError:
+        if self.source is not None and not SOURCE_FORMAT.match(self.source):
+            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
+        return self
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -193,6 +219,7 @@ class Profile(BaseModel):
     rules: list[Rule]
     load_errors: list[LoadError] = Field(default_factory=list)
     declaration_errors: list[DeclarationError] = Field(default_factory=list)
+    layer_errors: list[LayerError] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rules_name_known_settings(self) -> Profile:
@@ -279,7 +306,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
             ).strip()
         return entry
 
-    listed = ("rules", "load_errors", "declaration_errors")
+    listed = ("rules", "load_errors", "declaration_errors", "layer_errors")
     out = {k: v for k, v in data.items() if k not in listed}
     for key in ("description", "layers"):
         if isinstance(out.get(key), str):
@@ -290,9 +317,8 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     out["commit"] = commit
     out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
     out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
-    out["declaration_errors"] = [
-        d for d in map(item, data.get("declaration_errors", [])) if d is not None
-    ]
+    for key in ("declaration_errors", "layer_errors"):
+        out[key] = [d for d in map(item, data.get(key, [])) if d is not None]
     return out
 
 

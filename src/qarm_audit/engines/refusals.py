@@ -1,10 +1,16 @@
-"""Declarations the engine refuses as a whole, before it builds any layer."""
+"""What the engine refuses outside the arm line: a declaration as a whole, before it builds any
+layer, and a layer of a kind the arm line does not cover (an embedding) declared with a scheme
+the engine does not take there."""
 
 from __future__ import annotations
 
-from ..declarations import Declaration
+from collections.abc import Mapping
+
+from ..declarations import Declaration, Scheme
 from ..findings import Finding, finding
-from .profile import DeclarationError, Profile
+from ..modules.inventory import ModuleInfo
+from ..resolve.resolver import Membership
+from .profile import DeclarationError, LayerError, Profile
 
 
 def _holds(error: DeclarationError, declaration: Declaration) -> bool:
@@ -32,4 +38,48 @@ def declaration_refusals(profile: Profile, declaration: Declaration) -> list[Fin
                 f'building any layer: "{error.text}"{cite}',
             )
         )
+    return out
+
+
+def _loads(error: LayerError, scheme: Scheme) -> bool:
+    return (
+        (error.loads_family is None or scheme.family in error.loads_family)
+        and (error.loads_weight_only is None or scheme.weight_only == error.loads_weight_only)
+        and (error.loads_strategy is None or (scheme.weight_strategy or "") in error.loads_strategy)
+    )
+
+
+def layer_refusals(
+    profile: Profile,
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+) -> list[Finding]:
+    """``no-arm`` for each module whose engine layer the profile's layer errors refuse."""
+    out = []
+    for error in profile.layer_errors:
+        for info in modules.values():
+            membership = memberships.get(info.name)
+            if info.layer_kind not in error.layer_kind or membership is None:
+                continue
+            scheme = declaration.schemes.get(membership.bucket)
+            if scheme is None or not membership.declared_quantized:
+                continue
+            if error.producer is not None and scheme.producer not in error.producer:
+                continue
+            if _loads(error, scheme):
+                continue
+            cite = f" ({error.source})" if error.source else ""
+            text = error.error.replace("{scheme}", scheme.describe())
+            layer = info.layer_class or info.layer_kind
+            out.append(
+                finding(
+                    "no-arm",
+                    f"{info.name} is declared {membership.bucket} ({scheme.declared_arm}); engine "
+                    f"profile {profile.label} has no arm for its {layer}"
+                    f': {error.reason}; it raises at load: "{text}"{cite}',
+                    module=info.name,
+                    tensor=info.weight.name if info.weight else "",
+                )
+            )
     return out
