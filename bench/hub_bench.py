@@ -31,7 +31,6 @@ import math
 import multiprocessing
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from synthetic import safetensors_header as header  # noqa: E402  # the library's own layout
 
 from hubserver import HubServer, RepoSpec, SparseFile  # noqa: E402
 from qarm_audit.sources.header import DTYPE_BITS  # noqa: E402
@@ -144,24 +146,6 @@ def split(specs: list[Spec], count: int) -> list[list[Spec]]:
         else:
             hi = mid
     return pack(lo)
-
-
-def header(specs: list[Spec]) -> tuple[bytes, int]:
-    """(prefix + header, data bytes) as the safetensors library lays a file out: compact JSON,
-    tensors by descending dtype width then name, padded with spaces to 8 bytes."""
-    document: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, dtype, shape in sorted(specs, key=lambda s: (-DTYPE_BITS[s[1]], s[0])):
-        n = _nbytes(dtype, shape)
-        document[name] = {
-            "dtype": dtype,
-            "shape": list(shape),
-            "data_offsets": [offset, offset + n],
-        }
-        offset += n
-    raw = json.dumps(document, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw, offset
 
 
 @dataclass
