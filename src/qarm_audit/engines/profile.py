@@ -15,9 +15,9 @@ import tomllib
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import ProfileError
 
@@ -26,6 +26,16 @@ ROUTINGS = ("declared", "probe")
 SOURCE_FORMAT = re.compile(r"^[\w.-]+/[\w.-]+ \S+@[\w.-]+")
 """``owner/repo path@commit`` (a tag where the release records no commit), optionally followed
 by line numbers or a remark."""
+
+
+def _cited(source: str | None) -> str | None:
+    if source is not None and not SOURCE_FORMAT.match(source):
+        raise ValueError(f"source {source!r} is not 'owner/repo path@commit'")
+    return source
+
+
+Source = Annotated[str | None, AfterValidator(_cited)]
+"""Where a rule comes from in the engine's source: ``owner/repo path@commit``."""
 
 
 class EnvVar(BaseModel):
@@ -114,7 +124,7 @@ class Rule(BaseModel):
     ``{algo}`` (the declared algorithm), ``{gpu}`` (the capability)."""
     drops: list[str] = Field(default_factory=list)
     """Operands this arm does not read even when they are shipped (e.g. ``input_scale``)."""
-    source: str | None = None
+    source: Source = None
     """Where the rule comes from in the engine's source: ``owner/repo path@commit``."""
 
     @model_validator(mode="after")
@@ -123,8 +133,6 @@ class Rule(BaseModel):
             raise ValueError("error is the engine's refusal text: only for arm 'none'")
         if self.gpu_min is not None and self.gpu_max is not None and self.gpu_min > self.gpu_max:
             raise ValueError(f"gpu_min {self.gpu_min} is above gpu_max {self.gpu_max}")
-        if self.source is not None and not SOURCE_FORMAT.match(self.source):
-            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
         return self
 
 
@@ -145,14 +153,12 @@ class LoadError(BaseModel):
     """The engine's error text. Placeholders: ``{module}``, ``{algos}``, ``{shards}``."""
     note: str | None = None
     """What the engine does instead, when it raises nothing."""
-    source: str | None = None
+    source: Source = None
 
     @model_validator(mode="after")
     def _says_something(self) -> LoadError:
         if self.text is None and self.note is None:
             raise ValueError("a load error needs a text or a note")
-        if self.source is not None and not SOURCE_FORMAT.match(self.source):
-            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
         return self
 
 
@@ -167,13 +173,7 @@ class DeclarationError(BaseModel):
     """Holds when the declaration has (True) or has not (False) sparsity targets."""
     text: str
     """The engine's error text."""
-    source: str | None = None
-
-    @model_validator(mode="after")
-    def _cited(self) -> DeclarationError:
-        if self.source is not None and not SOURCE_FORMAT.match(self.source):
-            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
-        return self
+    source: Source = None
 
 
 class LayerError(BaseModel):
@@ -193,13 +193,7 @@ class LayerError(BaseModel):
     reason: str
     error: str
     """The engine's error text; ``{scheme}`` is the declared scheme."""
-    source: str | None = None
-
-    @model_validator(mode="after")
-    def _cited(self) -> LayerError:
-        if self.source is not None and not SOURCE_FORMAT.match(self.source):
-            raise ValueError(f"source {self.source!r} is not 'owner/repo path@commit'")
-        return self
+    source: Source = None
 
 
 class Profile(BaseModel):
