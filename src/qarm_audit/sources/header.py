@@ -12,9 +12,10 @@ import struct
 import sys
 from collections.abc import Iterable
 from itertools import chain, repeat
-from operator import eq, itemgetter, sub
-from typing import Any
+from operator import attrgetter, eq, itemgetter, sub
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 from ..errors import HeaderError, HeaderTooLargeError, QarmError
@@ -350,45 +351,82 @@ def _parse_strict(raw: bytes, file: str) -> Parsed:
 _NEGATIVE_ZERO_BYTES = re.compile(_NEGATIVE_ZERO.pattern.encode())
 
 
-def _parse_fast(raw: bytes) -> Parsed | None:
-    """What :func:`_parse_strict` returns, by orjson, for a header that is sound; None for any
-    other (the strict parse then refuses it by name, or accepts it the slow way).
+class _Entry(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One header entry exactly as the format defines it; msgspec checks every type in C."""
 
-    Sound here: ASCII without a backslash (every string spelled as it decodes), within the
-    container bound, no ``-0``, parsed by orjson, ``__metadata__`` strings to strings, every
-    entry exactly ``dtype`` / ``shape`` / ``data_offsets`` of the right types (so no other
-    object and no float is anywhere), and no key written twice: every ``:`` outside a string
-    separates one key, so the text's colons less those inside its strings must equal the keys
-    orjson kept (see :func:`loads_fast`)."""
+    dtype: str
+    shape: tuple[Annotated[int, msgspec.Meta(ge=0, lt=MAX_DIM)], ...]
+    data_offsets: tuple[
+        Annotated[int, msgspec.Meta(ge=0, lt=MAX_DIM)],
+        Annotated[int, msgspec.Meta(ge=0, lt=MAX_DIM)],
+    ]
+
+
+_HEADER = msgspec.json.Decoder(dict[str, _Entry])
+_METADATA = msgspec.json.Decoder(dict[str, str])
+_WS = rb"[ \t\r\n]*"
+_LEADING_METADATA = re.compile(rb'\{%s"__metadata__"%s:%s(\{[^{}\[\]]*\})%s(,?)' % ((_WS,) * 4))
+"""``__metadata__`` where the safetensors library writes it, first; an object that holds no
+container, so its end is the first ``}`` (strings hold no brace: the text has no backslash and
+the match starts at the text's first quote)."""
+_ENTRY_DTYPE, _ENTRY_SHAPE = attrgetter("dtype"), attrgetter("shape")
+_ENTRY_OFFSETS = attrgetter("data_offsets")
+
+
+def _parse_fast(raw: bytes) -> Parsed | None:
+    """What :func:`_parse_strict` returns, decoded by msgspec into typed entries, for a header
+    that is sound; None for any other (the strict parse then refuses it by name, or accepts it
+    the slow way).
+
+    Sound here: ASCII without a backslash (every string spelled as it decodes), no ``-0``,
+    ``__metadata__`` absent or first and strings to strings, every entry exactly ``dtype`` /
+    ``shape`` / ``data_offsets`` of the right types and bounds (checked by the typed decode, so
+    no other object, no float, no bool is anywhere), and no key written twice: every ``:``
+    outside a string separates one key, so the text's colons less those inside its strings
+    must equal the keys kept (see :func:`loads_fast`)."""
     if raw[:1] != b"{" or not raw.isascii() or b"\\" in raw:
-        return None
-    allowed = len(raw) // CONTAINER_DENSITY + CONTAINER_FLOOR
-    if len(raw) // 2 >= allowed and raw.count(b"[") + raw.count(b"{") > allowed:
         return None
     if b"-0" in raw and _NEGATIVE_ZERO_BYTES.search(raw):
         return None
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(document) is not dict:
-        return None
-    keys = len(document)
-    metadata = document.pop("__metadata__", None)
+    metadata: dict[str, str] | None = None
+    body = raw
     colons = 0
-    if metadata is not None:
-        if type(metadata) is not dict or not set(map(type, metadata.values())) <= _STR:
+    has_metadata = b'"__metadata__"' in raw
+    if has_metadata:
+        leading = _LEADING_METADATA.match(raw)
+        if leading is None:
             return None
-        keys += len(metadata)
-        colons += "".join(metadata).count(":") + "".join(metadata.values()).count(":")
-    columns = _columns(document)
-    if columns is None:
+        try:
+            metadata = _METADATA.decode(leading[1])
+        except msgspec.DecodeError:
+            return None
+        colons = (
+            len(metadata) + "".join(metadata).count(":") + "".join(metadata.values()).count(":")
+        )
+        colons += 1  # the colon after "__metadata__"
+        rest = raw[leading.end() :]
+        closes = rest.lstrip(b" \t\r\n").startswith(b"}")
+        if closes == bool(leading[2]):
+            return None  # a comma before the end, or none before more: not JSON
+        body = b"{" + rest
+    try:
+        document = _HEADER.decode(body)
+    except msgspec.DecodeError:
         return None
-    entries, dtypes = columns
-    keys += 3 * len(entries)
-    colons += "".join(document).count(":") + "".join(dtypes).count(":")
-    if raw.count(b":") != keys + colons:
+    if has_metadata and b'"__metadata__"' in body:
+        return None  # a second one
+    values = document.values()
+    dtypes = list(map(_ENTRY_DTYPE, values))
+    if any(":" in dtype for dtype in set(dtypes)):
+        return None  # not a safetensors dtype anyway; the strict parse names it
+    colons += 4 * len(dtypes) + "".join(document).count(":")
+    if raw.count(b":") != colons:
         return None
+    offsets = list(chain.from_iterable(map(_ENTRY_OFFSETS, values)))
+    fields = zip(
+        document, dtypes, map(_ENTRY_SHAPE, values), offsets[0::2], offsets[1::2], strict=True
+    )
+    entries = list(map(tuple.__new__, repeat(TensorEntry), fields))
     return metadata, entries
 
 
@@ -482,26 +520,56 @@ def validate_layout(
 
     Checked on whole columns in C; only a header that fails is walked entry by entry, to name
     the first tensor at fault."""
-    ordered = sorted(entries, key=_DATA_ORDER)
-    sizes: dict[tuple[str, tuple[int, ...]], int] = {}
-    for entry in ordered:
-        key = (entry.dtype, entry.shape)
-        if key not in sizes:
-            sizes[key] = expected_nbytes(entry, where)
-    begins = list(map(_BEGIN, ordered))
-    ends = list(map(_END, ordered))
-    if (
-        (ends[-1] if ends else 0) == data_length
-        and (not begins or begins[0] == 0)
-        and begins[1:] == ends[:-1]
-        and list(map(sub, ends, begins)) == [sizes[e.dtype, e.shape] for e in ordered]
-    ):
+    given = entries if isinstance(entries, list) else list(entries)
+    keys = list(map(_DTYPE_SHAPE, given))
+    sizes = _sizes(given, keys, where)
+    # A header as the safetensors library writes it lists its tensors in data order: checked
+    # as given, in C; sorted only when not (or when an empty tensor makes the order a tie).
+    if 0 not in sizes.values() and _contiguous(given, keys, sizes, data_length):
+        return given
+    ordered = sorted(given, key=_DATA_ORDER)
+    if _contiguous(ordered, list(map(_DTYPE_SHAPE, ordered)), sizes, data_length):
         return ordered
     _name_the_fault(ordered, data_length, where)
     raise AssertionError("a layout that fails in bulk fails entry by entry")  # unreachable
 
 
+def _sizes(
+    entries: list[TensorEntry], keys: list[tuple[str, tuple[int, ...]]], where: str
+) -> dict[tuple[str, tuple[int, ...]], int]:
+    """Bytes per (dtype, shape), each computed once. A fault is named on the first tensor
+    that has it in data order, as the walk in :func:`_name_the_fault` would meet it."""
+    try:
+        return {
+            key: expected_nbytes(TensorEntry("", key[0], key[1], 0, 0), where)
+            for key in dict.fromkeys(keys)
+        }
+    except HeaderError:
+        for entry in sorted(entries, key=_DATA_ORDER):
+            expected_nbytes(entry, where)
+        raise
+
+
+def _contiguous(
+    ordered: list[TensorEntry],
+    keys: list[tuple[str, tuple[int, ...]]],
+    sizes: dict[tuple[str, tuple[int, ...]], int],
+    data_length: int,
+) -> bool:
+    """Offsets run from 0 in this order with no overlap or hole, fill the data, and each
+    span is its dtype x shape."""
+    begins = list(map(_BEGIN, ordered))
+    ends = list(map(_END, ordered))
+    return (
+        (ends[-1] if ends else 0) == data_length
+        and (not begins or begins[0] == 0)
+        and begins[1:] == ends[:-1]
+        and list(map(sub, ends, begins)) == list(map(sizes.__getitem__, keys))
+    )
+
+
 _DATA_ORDER = itemgetter(3, 4, 0)
+_DTYPE_SHAPE = itemgetter(1, 2)
 _BEGIN, _END = itemgetter(3), itemgetter(4)
 
 
