@@ -258,3 +258,20 @@ def test_token_never_appears_in_a_subprocess_debug_traceback(hub: Any, tmp_path:
     assert done.returncode == 3, done.stderr
     assert "Traceback" in done.stderr and "qarm: error:" in done.stderr
     assert TOKEN not in done.stdout + done.stderr
+
+
+def test_the_order_of_findings_does_not_depend_on_string_hashes() -> None:
+    """Findings alike but for their message (the seed has some) come in one order whatever
+    the process's hash seed: each run is a new process, as each CI job is."""
+    seed = REPO / "fixtures" / "manifests" / "seed-nvfp4-w4a4.manifest.json"
+    outputs = set()
+    for hash_seed in ("1", "2", "3", "4", "5", "6"):
+        done = subprocess.run(
+            [sys.executable, "-m", "qarm_audit", "audit", str(seed), "-f", "json"],
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            check=False,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        outputs.add(done.stdout)
+    assert len(outputs) == 1

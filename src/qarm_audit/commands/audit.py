@@ -195,7 +195,10 @@ def _audit(
         probe, probe_findings = probe_values(checkpoint, modules)
         findings.extend(probe_findings)
     buckets = _buckets(declaration, alike, len(tensors))
-    rows = sorted(set(findings), key=lambda f: (-f.severity.rank, f.code, f.module, f.tensor))
+    # the message breaks ties: a set has no order of its own (string hashes vary per process)
+    rows = sorted(
+        set(findings), key=lambda f: (-f.severity.rank, f.code, f.module, f.tensor, f.message)
+    )
     by_severity: dict[Severity, list[FindingRow]] = defaultdict(list)
     for f in rows:
         by_severity[f.severity].append(
