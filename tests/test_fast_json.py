@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from qarm_audit.errors import HeaderError
+from qarm_audit.errors import HeaderError, ShardIndexError
 from qarm_audit.sources import header as header_module
+from qarm_audit.sources import index as index_module
 from qarm_audit.sources.header import _NO_PROOF, loads_fast, loads_strict, parse_header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -255,3 +256,69 @@ def test_the_bench_writes_headers_as_the_safetensors_library_does(tmp_path: Path
     head, data = safetensors_header(specs)
     assert head == written[: 8 + length]
     assert len(head) + data == len(written)
+
+
+# --- indexes -----------------------------------------------------------------------------------
+
+INDEX_KEYS = st.sampled_from(["weight_map", "metadata", "weight_map", "extra", "w", "a:b"])
+INDEX_VALUES = st.sampled_from(
+    ['"s.safetensors"', '"a:b.safetensors"', "5", "-1", "1.5", "true", "null", '"x\\u0061"', "{}"]
+)
+
+
+@st.composite
+def index_text(draw: Any) -> str:
+    """Index-shaped text: weight_map and metadata in any order, repeated, mistyped, extended."""
+    data = draw(st.data())
+
+    def obj(keys: Any, values: Any) -> str:
+        pairs = draw(st.lists(st.tuples(keys, values), max_size=4))
+        return "{" + ",".join(f"{spell(k, data)}:{v}" for k, v in pairs) + "}"
+
+    names = st.sampled_from(["w", "a.b", "x:y", "\u00e9", "w", '"'])
+    top = []
+    for key in draw(st.lists(INDEX_KEYS, min_size=1, max_size=3)):
+        if key == "weight_map":
+            top.append(f'"weight_map":{obj(names, INDEX_VALUES)}')
+        elif key == "metadata":
+            top.append(f'"metadata":{obj(st.sampled_from(["total_size", "t:s"]), INDEX_VALUES)}')
+        else:
+            top.append(f"{spell(key, data)}:{draw(INDEX_VALUES)}")
+    return "{" + ",".join(top) + "}"
+
+
+@PROPERTY
+@given(index_text())
+@example('{"weight_map":{"a":"s.safetensors","a":"t.safetensors"}}')
+@example('{"weight_map":{"a":"s.safetensors"},"weight_map":{}}')
+@example('{"metadata":{"total_size":5,"total_size":6},"weight_map":{}}')
+@example('{"weight_map":{"x:y":"a:b.safetensors"},"metadata":{"t:s":"c:d"}}')
+def test_the_typed_index_parse_is_the_strict_one_or_no_answer(text: str) -> None:
+    typed_parse = index_module._parse_typed(text)
+    if typed_parse is not None:  # the same keys and values (their order is not read)
+        strict_parse = strict(text)
+        assert typed(dict(sorted(typed_parse.items()))) == typed(dict(sorted(strict_parse.items())))
+    assert index_outcome(text) == index_outcome(text, typed_path=False)
+
+
+def index_outcome(text: str, typed_path: bool = True) -> Any:
+    saved = index_module._parse_typed
+    if not typed_path:
+        index_module._parse_typed = lambda text: None  # type: ignore[assignment]
+    try:
+        index = index_module.parse_index(text)
+        return ("value", typed(index.weight_map), index.total_size)
+    except (HeaderError, ShardIndexError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    finally:
+        index_module._parse_typed = saved
+
+
+def test_an_index_as_transformers_writes_it_takes_the_typed_path() -> None:
+    text = json.dumps(
+        {"metadata": {"total_size": 8}, "weight_map": {"a:b": "model-1.safetensors"}}, indent=2
+    )
+    assert index_module._parse_typed(text) == {
+        "weight_map": {"a:b": "model-1.safetensors"},
+        "metadata": {"total_size": 8},
+    }

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+import msgspec
 
 from ..errors import HeaderError, ShardIndexError
 from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex
@@ -16,7 +19,7 @@ class ShardIndex:
     weight_map: dict[str, str]
     total_size: int | None
 
-    @property
+    @cached_property
     def shard_files(self) -> list[str]:
         """Shard names in first-mention order, each once."""
         return list(dict.fromkeys(self.weight_map.values()))
@@ -28,6 +31,9 @@ class _IndexJSONError(HeaderError, ShardIndexError):
 
 def parse_index(text: str, where: str = INDEX_FILE) -> ShardIndex:
     """Parse the index, refusing duplicate names and unsafe shard paths."""
+    typed = _parse_typed(text)
+    if typed is not None:
+        return _index(typed, typed["weight_map"], where)
     document = loads_strict(text, where, error=_IndexJSONError)
     if not isinstance(document, dict):
         raise ShardIndexError(where, "index is not a JSON object")
@@ -35,6 +41,41 @@ def parse_index(text: str, where: str = INDEX_FILE) -> ShardIndex:
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise ShardIndexError(where, "weight_map must map tensor names to shard file names")
     return _index(document, weight_map, where)
+
+
+class _IndexDocument(msgspec.Struct, forbid_unknown_fields=True):
+    """The index as transformers writes it: every type checked by msgspec, in C."""
+
+    weight_map: dict[str, str]
+    metadata: dict[str, int | str] | msgspec.UnsetType = msgspec.UNSET
+
+
+_INDEX = msgspec.json.Decoder(_IndexDocument)
+
+
+def _parse_typed(text: str) -> dict[str, Any] | None:
+    """The index as :func:`loads_strict` would return it, when it is ``weight_map`` and an
+    optional ``metadata`` of integers and strings, written without a backslash and with no key
+    twice (the colons outside strings count the keys kept: see ``loads_fast``); else None, and
+    the strict parse decides."""
+    if "\\" in text:
+        return None
+    try:
+        parsed = _INDEX.decode(text)
+    except msgspec.DecodeError:
+        return None
+    weight_map = parsed.weight_map
+    document: dict[str, Any] = {"weight_map": weight_map}
+    colons = 1 + len(weight_map) + "".join(weight_map).count(":")
+    colons += "".join(weight_map.values()).count(":")
+    if parsed.metadata is not msgspec.UNSET:
+        metadata = parsed.metadata
+        document["metadata"] = metadata
+        strings = [v for v in metadata.values() if type(v) is str]
+        colons += 1 + len(metadata) + "".join(metadata).count(":") + "".join(strings).count(":")
+    if text.count(":") != colons:
+        return None
+    return document
 
 
 def _index(document: dict[str, Any], weight_map: dict[str, str], where: str) -> ShardIndex:
