@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import repeat
 from operator import itemgetter
 
 from ..errors import IntegrityError
@@ -101,15 +101,11 @@ def layout_key(info: ModuleInfo) -> object:
 def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     """Group tensors by module; KV scales stay attached to the module that ships them."""
     entries = list(tensors)
-    # names split in C; a name that splits as another does is found (and named) by the loop
-    parts = list(map(str.rpartition, map(_NAME, entries), repeat(".")))
-    table: dict[str, dict[str, TensorEntry]] = {}
-    get = table.get
-    for (module, _, operand), entry in zip(parts, entries, strict=True):
-        operands = get(module)
-        if operands is None:
-            operands = table[module] = {}
-        operands[operand] = entry
+    # a name that splits as another does is found (and named) by the slower loop
+    table: dict[str, dict[str, TensorEntry]] = defaultdict(dict)
+    for entry in entries:
+        module, _, operand = entry[0].rpartition(".")
+        table[module][operand] = entry
     if sum(map(len, table.values())) != len(entries):
         table = _table_naming_the_clash(entries)
     modules: dict[str, ModuleInfo] = {}
@@ -143,9 +139,6 @@ def _table_naming_the_clash(entries: list[TensorEntry]) -> dict[str, dict[str, T
             )
         operands[operand] = entry
     return table
-
-
-_NAME = itemgetter(0)
 
 
 def _kind(module: str, operands: dict[str, TensorEntry]) -> str:

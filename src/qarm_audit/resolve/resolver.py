@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules
 from ..findings import Finding, finding
@@ -305,15 +305,20 @@ class _ModelOpt:
         for candidate in _language_model_aliases(engine_name):
             if candidate in layers:
                 return Membership(layers[candidate], how, candidate)
-        listed = [
-            key
-            for key in (
-                next((k for k in _language_model_aliases(m.name) if k in layers), None)
-                for m in members
-            )
-            if key is not None
-        ]
-        algos = {layers[key] for key in listed}
+        names = [m.name for m in members]
+        direct = list(map(layers.get, names))
+        if None not in direct:  # the common case: every expert or shard listed by its name
+            listed, algos = names, set(cast("list[str]", direct))
+        else:
+            listed = [
+                key
+                for key in (
+                    next((k for k in _language_model_aliases(name) if k in layers), None)
+                    for name in names
+                )
+                if key is not None
+            ]
+            algos = {layers[key] for key in listed}
         if len(algos) > 1:
             return None
         if algos:
