@@ -311,3 +311,41 @@ def test_a_group_size_only_the_file_states_is_used_and_a_dispute_still_reported(
     )
     assert declaration.schemes["NVFP4"].group_size == 16  # config.json wins, as in the engines
     assert "declaration-disagreement" in [f.code for f in declaration.findings]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [16, 16.0],
+        [16.0, 16],
+        [1, True],
+        [True, 1],
+        [16, "16"],
+        [None, 16],
+    ],
+)
+def test_quantized_layers_read_once_per_entry_give_each_entry_its_own_reading(
+    values: list[object],
+) -> None:
+    """A MoE map is validated once per distinct entry; entries equal in Python but not in JSON
+    (16 and 16.0, 1 and true) are never taken for one another."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from qarm_audit.declarations.modelopt import LayerEntry, LayerMap
+
+    raw = {f"m.{i}": {"quant_algo": "NVFP4", "group_size": v} for i, v in enumerate(values)}
+
+    def alone(entry: object) -> object:
+        try:
+            return LayerEntry.model_validate(entry).model_dump()
+        except ValidationError as exc:
+            return ("error", exc.errors()[0]["type"])
+
+    expected = {key: alone(entry) for key, entry in raw.items()}
+    try:
+        read = TypeAdapter(LayerMap).validate_python(raw)
+        got: dict[str, object] = {key: entry.model_dump() for key, entry in read.items()}
+    except ValidationError:
+        assert any(isinstance(v, tuple) for v in expected.values())
+        return
+    assert got == expected

@@ -252,21 +252,20 @@ def _module_rows(
     spellings: Mapping[str, Spelling],
 ) -> list[ModuleRow]:
     """One row per module, sorted (validated once, with the report)."""
-    rows: list[ModuleRow] = []
-    for name in sorted(modules):
-        membership = memberships[name]
-        spelling = spellings.get(name)
-        rows.append(
-            {
-                "module": name,
-                "bucket": membership.bucket,
-                "how": membership.how,
-                "rule": membership.rule,
-                "tensors": len(modules[name].operands),
-                "shipped": spelling.family if spelling is not None else "kv-only",
-            }
+    names = sorted(modules)
+    return [
+        {
+            "module": name,
+            "bucket": membership.bucket,
+            "how": membership.how,
+            "rule": membership.rule,
+            "tensors": len(modules[name].operands),
+            "shipped": spelling.family if spelling is not None else "kv-only",
+        }
+        for name, membership, spelling in zip(
+            names, map(memberships.__getitem__, names), map(spellings.get, names), strict=True
         )
-    return rows
+    ]
 
 
 def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:

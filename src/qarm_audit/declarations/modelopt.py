@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Annotated, Any
 
 from pydantic import (
@@ -44,18 +45,19 @@ def _layers_once_each(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     hundreds of thousands of expert projections. Anything unusual gets pydantic's own path."""
     if not isinstance(value, dict):
         return handler(value)
-    distinct: dict[tuple[tuple[str, Any], ...], LayerEntry] = {}
-    out: dict[str, LayerEntry] = {}
     try:
-        for key, raw in value.items():
-            token = tuple(raw.items())  # TypeError for unhashable values, AttributeError
-            entry = distinct.get(token)
-            if entry is None:
-                entry = distinct[token] = LayerEntry.model_validate(raw)
-            out[key] = entry
-    except (TypeError, AttributeError, ValidationError):
+        # in C: each entry as a hashable token (TypeError for a value that is not an object,
+        # or holds a list), the distinct tokens, then one lookup per key
+        tokens = list(map(tuple, map(dict.items, value.values())))
+        kinds = set(map(type, chain.from_iterable(map(dict.values, value.values()))))
+        if float in kinds or {bool, int} <= kinds:
+            return handler(value)  # 16 == 16.0 == True would merge entries that differ
+        distinct: dict[tuple[tuple[str, Any], ...], Any] = dict.fromkeys(tokens)
+        for token in distinct:
+            distinct[token] = LayerEntry.model_validate(dict(token))
+    except (TypeError, ValidationError):
         return handler(value)
-    return out
+    return dict(zip(value, map(distinct.__getitem__, tokens), strict=True))
 
 
 LayerMap = Annotated[dict[str, LayerEntry], WrapValidator(_layers_once_each)]
