@@ -63,6 +63,11 @@ keys, indent 2, trailing newline)
     ``orig_to_new_renaming`` lists expressions, ``file``/``line`` where it is assigned;
     ``rename_mapper`` is what ``get_rename_mapper()`` keeps and what the quant config sees
     (``null`` targets and all stacked entries dropped).
+    ``load_fused``: layers ``load_weights`` loads from several checkpoint modules, from the
+    ``(param_name, shard_name, shard_id)`` literals in the ``load_weights`` of the model class,
+    its bases and every class it builds: ``{"fused", "shards", "file", "line"}`` (names as
+    written, possibly dotted); also those the packed mapping never names (DeepSeek-V3.2's
+    indexer ``wk_weights_proj``).
     ``nested_models``: inner models whose mapper and packed mapping reach the quant config
     again: ``built_by`` ``init_vllm_registered_model`` (runs ``configure_quant_config``)
     or ``constructor`` (a ``SupportsQuant`` class built directly; its ``__new__`` applies
@@ -1912,11 +1917,59 @@ def arch_json(world: World, arch: str, resolved: dict[str, Any], commit: str) ->
         "packed_when": packed_when_json(interp, top_frame_obj) if top_frame_obj else [],
         "mapper": mapper_json(world, info),
         "layers": layers_json(interp.records),
+        "load_fused": load_fused_json(world, info, interp.records),
         "nested_models": nested_json(world, interp),
     }
     if packed_at is not None:
         entry["packed_modules_mapping_at"] = packed_at
     return entry
+
+
+def load_fused_json(world: World, info: ClassInfo, records: list[Record]) -> list[dict[str, Any]]:
+    """Layers ``load_weights`` loads from several checkpoint modules: the ``(param_name,
+    shard_name, shard_id)`` literals of its stacked-parameter lists, in the ``load_weights`` of
+    the model class, its bases and every class the model builds. Also those the
+    ``packed_modules_mapping`` never names (DeepSeek-V3.2's indexer ``wk_weights_proj`` =
+    ``wk`` + ``weights_proj``)."""
+    classes: list[ClassInfo] = [c for c in world.mro(info) if isinstance(c, ClassInfo)]
+    for r in records:
+        owner = world.key_owner.get(r.cls_key)
+        if owner is not None:
+            classes += [c for c in world.mro(owner) if isinstance(c, ClassInfo)]
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    seen: set[int] = set()
+    for cls in classes:
+        if id(cls.node) in seen:
+            continue
+        seen.add(id(cls.node))
+        for stmt in cls.node.body:
+            if not (isinstance(stmt, ast.FunctionDef) and stmt.name == "load_weights"):
+                continue
+            for node in ast.walk(stmt):
+                if not (isinstance(node, ast.Tuple) and len(node.elts) == 3):
+                    continue
+                fused, shard = node.elts[0], node.elts[1]
+                if not (
+                    isinstance(fused, ast.Constant)
+                    and isinstance(fused.value, str)
+                    and isinstance(shard, ast.Constant)
+                    and isinstance(shard.value, str)
+                    and fused.value != shard.value
+                ):
+                    continue
+                key = (cls.module.rel, fused.value)
+                entry = found.setdefault(
+                    key,
+                    {
+                        "fused": fused.value,
+                        "shards": [],
+                        "file": cls.module.rel,
+                        "line": node.lineno,
+                    },
+                )
+                if shard.value not in entry["shards"]:
+                    entry["shards"].append(shard.value)
+    return sorted(found.values(), key=lambda e: (e["fused"], e["file"], e["line"]))
 
 
 def nested_json(world: World, interp: Interpreter) -> list[dict[str, Any]]:

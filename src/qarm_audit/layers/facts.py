@@ -8,6 +8,7 @@ release is a regenerate-and-review step. Only facts live here, no engine code.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -39,14 +40,56 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class Rename:
+    """The model's ``hf_to_vllm_mapper`` as its quant config and layer names see it
+    (``get_rename_mapper()``: renames only), applied as vLLM's ``WeightsMapper`` applies it:
+    regexes, then substrings, then prefixes, then suffixes, each table in its own order and
+    every entry that applies (``vllm/model_executor/models/utils.py``)."""
+
+    regex: tuple[tuple[re.Pattern[str], str], ...] = ()
+    substr: tuple[tuple[str, str], ...] = ()
+    prefix: tuple[tuple[str, str], ...] = ()
+    suffix: tuple[tuple[str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.regex or self.substr or self.prefix or self.suffix)
+
+    def weight(self, key: str) -> str:
+        """A tensor name as vLLM renames it."""
+        for pattern, new in self.regex:
+            if pattern.search(key):
+                key = pattern.sub(new, key)
+        for old, new in self.substr:
+            if old in key:
+                key = key.replace(old, new, 1)
+        for old, new in self.prefix:
+            if key.startswith(old):
+                key = key.replace(old, new, 1)
+        for old, new in self.suffix:
+            if key.endswith(old):
+                key = new.join(key.rsplit(old, 1))
+        return key
+
+    def module(self, name: str) -> str:
+        """The engine's name for a checkpoint module: its ``.weight`` renamed, less the
+        ``.weight`` (DeepSeek-V4's ``head`` is ``lm_head``, by the suffix ``head.weight``)."""
+        mapped = self.weight(name + ".weight")
+        return mapped[: -len(".weight")] if mapped.endswith(".weight") else self.weight(name)
+
+
+@dataclass(frozen=True)
 class ArchitectureFacts:
     name: str
     model_file: str
     cite: str
     packings: tuple[Packing, ...]
     has_mapper: bool
-    mapper_prefixes: tuple[tuple[str, str], ...] = ()
+    rename: Rename = Rename()
     layers: dict[str, tuple[LayerFact, ...]] = field(default_factory=dict)
+    load_fused: tuple[Packing, ...] = ()
+    """Layers ``load_weights`` loads from several checkpoint modules that the packed mapping
+    does not name (DeepSeek-V3.2's ``wk_weights_proj``): the quant config never sees the
+    shards."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +120,25 @@ class EngineFacts:
         return False
 
 
-def _prefixes(mapper: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
-    """Checkpoint prefix -> engine prefix, as the quant config sees names (a dropped prefix,
-    mapped to null, is left as it is)."""
+def _table(mapper: dict[str, Any], key: str) -> tuple[tuple[str, str], ...]:
+    table = mapper.get(key) or {}
+    pairs = table.items() if isinstance(table, dict) else table
+    return tuple((k, v) for k, v in pairs if isinstance(k, str) and isinstance(v, str))
+
+
+def _rename(mapper: dict[str, Any] | None) -> Rename:
+    """The renames the quant config sees (a dropped name, mapped to null, is left as it is)."""
     if not mapper:
-        return ()
+        return Rename()
     seen = mapper.get("rename_mapper") or mapper
-    table = seen.get("orig_to_new_prefix") or {}
-    return tuple(sorted((k, v) for k, v in table.items() if isinstance(v, str)))
+    return Rename(
+        regex=tuple(
+            (re.compile(k.removeprefix("re:")), v) for k, v in _table(seen, "orig_to_new_regex")
+        ),
+        substr=_table(seen, "orig_to_new_substr"),
+        prefix=_table(seen, "orig_to_new_prefix"),
+        suffix=_table(seen, "orig_to_new_suffix"),
+    )
 
 
 def available() -> list[str]:
@@ -124,7 +178,7 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
                     v["quant_config"],
                     v.get("line", 0),
                     v.get("condition", ""),
-                    tuple(p for p in v.get("paths", ()) if p),
+                    tuple(p for p in (*v.get("paths", ()), *v.get("attr_paths", ())) if p),
                 )
                 for v in (variants if isinstance(variants, list) else [variants])
             )
@@ -136,8 +190,15 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
             cite=item.get("cite") or f"vllm-project/vllm {item['model_file']}@{commit}",
             packings=tuple(packings),
             has_mapper=mapper is not None,
-            mapper_prefixes=_prefixes(mapper),
+            rename=_rename(mapper),
             layers=layers,
+            load_fused=tuple(
+                Packing(
+                    p["fused"].rpartition(".")[2],
+                    tuple(x.rpartition(".")[2] for x in p["shards"]),
+                )
+                for p in item.get("load_fused", [])
+            ),
         )
     classes = {
         name: tuple(info.get("mro") or info.get("bases", ()))

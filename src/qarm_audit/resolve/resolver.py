@@ -106,7 +106,7 @@ def resolve(
     if declaration.modelopt is not None:
         return _ModelOpt(declaration.modelopt, modules, split_star).run()
     if declaration.compressed_tensors is not None:
-        return _CompressedTensors(declaration.compressed_tensors, modules).run()
+        return _CompressedTensors(declaration.compressed_tensors, modules, tree).run()
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 
@@ -378,10 +378,18 @@ class _ModelOpt:
 
 
 class _CompressedTensors:
-    def __init__(self, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo]) -> None:
+    def __init__(
+        self,
+        rules: CompressedTensorsRules,
+        modules: Mapping[str, ModuleInfo],
+        tree: LayerTree | None = None,
+    ) -> None:
         self.rules = rules
         self.modules = modules
         self.out = Resolution()
+        self.path = tree.engine_path if tree is not None and tree.rename else None
+        """The engine's name for a checkpoint layer: vLLM tests ``re:`` entries on its own
+        layer names, and exact entries after mapping them the same way."""
         ignore_names = [i for i in rules.ignore if not i.startswith("re:")]
         self.ignore_exact = set(ignore_names)
         self.ignore_regex_src = [i[3:] for i in rules.ignore if i.startswith("re:")]
@@ -471,9 +479,10 @@ class _CompressedTensors:
         return None
 
     def _ignored(self, name: str) -> Membership | None:
-        if name in self.ignore_exact:
-            return Membership(EXCLUDED, "exact", name)
-        i = self.ignore_regex.first(name)
+        engine = self.path(name) if self.path else name
+        if name in self.ignore_exact or engine in self.ignore_exact:
+            return Membership(EXCLUDED, "exact", name if name in self.ignore_exact else engine)
+        i = self.ignore_regex.first(engine)
         if i is not None:
             return Membership(EXCLUDED, "regex", "re:" + self.ignore_regex_src[i])
         return None
@@ -481,9 +490,11 @@ class _CompressedTensors:
     def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
         """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
         best: tuple[int, str] | None = None
-        if name in self.target_exact:
-            best = (self.target_exact[name], "exact")
-        j = self.target_regex.first(name)
+        engine = self.path(name) if self.path else name
+        exact = self.target_exact.get(name, self.target_exact.get(engine))
+        if exact is not None:
+            best = (exact, "exact")
+        j = self.target_regex.first(engine)
         if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
             best = (self.regex_targets[j][0], "regex")
         if best is None:
@@ -493,9 +504,11 @@ class _CompressedTensors:
 
     def _target(self, info: ModuleInfo) -> Membership:
         best: tuple[int, str] | None = None
-        if info.name in self.target_exact:
-            best = (self.target_exact[info.name], "exact")
-        j = self.target_regex.first(info.name)
+        engine = self.path(info.name) if self.path else info.name
+        exact = self.target_exact.get(info.name, self.target_exact.get(engine))
+        if exact is not None:
+            best = (exact, "exact")
+        j = self.target_regex.first(engine)
         if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
             best = (self.regex_targets[j][0], "regex")
         if best is None:
