@@ -104,7 +104,7 @@ def resolve(
     """``tree`` is the layer tree the modules were annotated with (None: the generic one)."""
     split_star = tree is None or tree.has_mapper
     if declaration.modelopt is not None:
-        return _ModelOpt(declaration.modelopt, modules, split_star).run()
+        return _ModelOpt(declaration.modelopt, modules, split_star, tree).run()
     if declaration.compressed_tensors is not None:
         return _CompressedTensors(declaration.compressed_tensors, modules, tree).run()
     return Resolution(dict.fromkeys(modules, _UNLISTED))
@@ -195,10 +195,17 @@ class _Excludes:
 
 class _ModelOpt:
     def __init__(
-        self, rules: ModelOptRules, modules: Mapping[str, ModuleInfo], split_star: bool = True
+        self,
+        rules: ModelOptRules,
+        modules: Mapping[str, ModuleInfo],
+        split_star: bool = True,
+        tree: LayerTree | None = None,
     ) -> None:
         self.rules = rules
         self.modules = modules
+        self.path = tree.engine_path if tree is not None and tree.rename else None
+        """The engine's name for a checkpoint layer: an exclude written in the engine's own
+        naming (``language_model.lm_head`` for a checkpoint's ``lm_head``) names it there."""
         self.excludes = _Excludes(rules.excludes, split_star)
         self.layers = rules.layers
         self.out = Resolution()
@@ -257,8 +264,18 @@ class _ModelOpt:
         if not self.rules.excludes:
             return None
         hit = self.excludes.check(engine_name, ())
+        engine = self.path(engine_name) if self.path else engine_name
+        if (hit is None or hit[0] == "substring") and engine != engine_name:
+            # vLLM tests its own layer name, against entries mapped as the names are: an entry
+            # in either naming names the layer
+            hit = self.excludes.check(engine, ()) or hit
         if hit is None and _is_fused(members):
-            listed = [m for m in members if m.name in self.excludes.exact]
+            exact = self.excludes.exact
+            listed = [
+                m
+                for m in members
+                if m.name in exact or (self.path is not None and self.path(m.name) in exact)
+            ]
             if listed and len(listed) == len(members):
                 hit = ("exact", listed[0].name)
             elif listed:
