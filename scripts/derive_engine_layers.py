@@ -31,7 +31,7 @@ JSON written (``--out``, default ``src/qarm_audit/layers/facts/vllm-<release>.js
 keys, indent 2, trailing newline)
 
 ``format``
-    ``"qarm-engine-layers/1"``.
+    ``"qarm-engine-layers/2"`` (2: mapper tables as ordered ``[old, new]`` pairs).
 ``engine``, ``release``, ``platform``
     ``"vllm"``, the wheel's version, the platform the entry points were resolved for.
 ``commit``
@@ -58,8 +58,10 @@ keys, indent 2, trailing newline)
     config keys, ``tests`` (``[{"config", "test"}]``) and, when it is exactly one
     ``config.<key> is not None`` test, ``config`` and ``test`` at top level.
     ``mapper``: ``null`` or the class's ``hf_to_vllm_mapper`` (a ``WeightsMapper``):
-    ``orig_to_new_prefix``/``_substr``/``_suffix``/``_regex`` (pattern text) map to a new
-    string or ``null`` (drop the weight), ``orig_to_new_stacked`` maps to ``[name, shard]``,
+    ``orig_to_new_prefix``/``_substr``/``_suffix``/``_regex`` (pattern text) are lists of
+    ``[old, new]`` pairs in source order (``WeightsMapper`` applies every matching entry of a
+    table in turn, in dict order), ``new`` a string or ``null`` (drop the weight);
+    ``orig_to_new_stacked`` pairs map to ``[name, shard]``,
     ``orig_to_new_renaming`` lists expressions, ``file``/``line`` where it is assigned;
     ``rename_mapper`` is what ``get_rename_mapper()`` keeps and what the quant config sees
     (``null`` targets and all stacked entries dropped).
@@ -120,7 +122,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT = "qarm-engine-layers/1"
+FORMAT = "qarm-engine-layers/2"
 REPO = "vllm-project/vllm"
 ROOT = Path(__file__).resolve().parent.parent
 FACTS_DIR = ROOT / "src" / "qarm_audit" / "layers" / "facts"
@@ -1626,11 +1628,16 @@ def mapper_json(world: World, info: ClassInfo) -> dict[str, Any] | None:
             out[name] = [jsonable(x) for x in field_value.items]
             rename[name] = out[name]
             continue
-        out[name] = jsonable(field_value)
-        if name != "orig_to_new_stacked" and isinstance(out[name], dict):
-            kept = {k: v for k, v in out[name].items() if v is not None}
-            if kept:
-                rename[name] = kept
+        table = jsonable(field_value)
+        if not isinstance(table, dict):
+            out[name] = table
+            continue
+        # [old, new] pairs in source order: WeightsMapper applies every entry of a table that
+        # matches, one after the other in dict order, so the order is part of the fact
+        out[name] = [[k, v] for k, v in table.items()]
+        kept = [[k, v] for k, v in table.items() if v is not None]
+        if name != "orig_to_new_stacked" and kept:
+            rename[name] = kept
     out["rename_mapper"] = rename
     return out
 

@@ -551,6 +551,35 @@ def _qwen3_5() -> list[Any]:
     return out
 
 
+def _qwen2_vl_hf() -> list[Any]:
+    """Qwen2-VL's layers that no packed mapping fuses, named as a transformers 5 checkpoint
+    names them (``model.visual.``, ``model.language_model.``, ``lm_head``). Its mapper's
+    prefixes apply one after another in the order qwen2_vl.py writes them: ``model.visual.``
+    becomes ``visual.`` before the catch-all ``model.`` (``language_model.model.``) is tried,
+    so the order decides every vision name."""
+    v, lm = "model.visual", "model.language_model"
+    out: list[Any] = [("visual.patch_embed.proj", [f"{v}.patch_embed.proj"], "conv")]
+    b = "blocks.0"
+    out += [
+        (f"visual.{b}.{x}", [f"{v}.{b}.{x}"], "linear")
+        for x in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
+    ]
+    out += [(f"visual.merger.mlp.{j}", [f"{v}.merger.mlp.{j}"], "linear") for j in (0, 2)]
+    out += [
+        (f"language_model.model.layers.0.{x}", [f"{lm}.layers.0.{x}"], "linear")
+        for x in ("self_attn.o_proj", "mlp.down_proj")
+    ]
+    out += [
+        (
+            "language_model.model.layers.0.input_layernorm",
+            [f"{lm}.layers.0.input_layernorm"],
+            "norm",
+        ),
+        ("language_model.lm_head", ["lm_head"], "linear"),
+    ]
+    return out
+
+
 # name -> (architecture, config values, the layer facts' architecture for the nested language
 # model, layers, model file cited)
 TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
@@ -595,6 +624,12 @@ TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
         _glm5(),
     ),
     "laguna": ("LagunaForCausalLM", {"model_type": "laguna"}, "", _laguna()),
+    "qwen2_vl_hf": (
+        "Qwen2VLForConditionalGeneration",
+        {"model_type": "qwen2_vl"},
+        "Qwen2ForCausalLM",
+        _qwen2_vl_hf(),
+    ),
     "qwen3_5": (
         "Qwen3_5ForConditionalGeneration",
         {"model_type": "qwen3_5"},
@@ -690,7 +725,11 @@ def _mapper(ns: dict[str, Any], tree: dict[str, Any]) -> Any:
     rename = tree["rename_mapper"]
     if rename is None:
         return None
-    fields = dict(rename)
+    # the facts keep each table as [old, new] pairs in the model's order; a dict keeps it
+    fields = {
+        k: dict(v) if isinstance(v, list) and k != "orig_to_new_renaming" else v
+        for k, v in rename.items()
+    }
     if "orig_to_new_regex" in fields:
         # the facts write a compiled pattern as "re:" + its text; vLLM's module compiles it
         fields["orig_to_new_regex"] = {
@@ -1159,6 +1198,21 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
         _ct(
             {"g": _g(["re:.*linear_attn.*"]), "v": _g(["re:.*visual.*"], INT8)}, ["re:.*in_proj_a$"]
         ),
+    ),
+    # the order of the model's prefix renames: only applied in qwen2_vl.py's order does
+    # model.visual.blocks.0 become visual.blocks.0, which these anchored entries name
+    "ct-mapper-order": (
+        ["qwen2_vl_hf"],
+        _ct(
+            {
+                "v": _g([r"re:^visual\.blocks\..*"], INT8),
+                "t": _g([r"re:^language_model\.model\..*"]),
+            }
+        ),
+    ),
+    "mo-mapper-order": (
+        ["qwen2_vl_hf"],
+        _mo(["visual.blocks.*", "language_model.model.layers.0.m*"]),
     ),
     "mixed-seed": (["qwen3_5"], _mo([], "MIXED_PRECISION", SEED_LAYERS)),
     "mixed-seed-sibling": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "MIXED_PRECISION", SEED_LAYERS)),

@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-FACTS_FORMAT = "qarm-engine-layers/1"
+FACTS_FORMAT = "qarm-engine-layers/2"
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,13 @@ class EngineFacts:
 
 
 def _table(mapper: dict[str, Any], key: str) -> tuple[tuple[str, str], ...]:
-    table = mapper.get(key) or {}
-    pairs = table.items() if isinstance(table, dict) else table
-    return tuple((k, v) for k, v in pairs if isinstance(k, str) and isinstance(v, str))
+    """One table's ``[old, new]`` pairs, in the model's own order."""
+    pairs = mapper.get(key) or []
+    return tuple(
+        (k, v)
+        for k, v in (tuple(pair) for pair in pairs)
+        if isinstance(k, str) and isinstance(v, str)
+    )
 
 
 def _rename(mapper: dict[str, Any] | None) -> Rename:
