@@ -42,6 +42,9 @@ keys, indent 2, trailing newline)
     ``{"file", "line"}``: where ``_VLLM_MODELS`` is.
 ``absent``
     Requested architecture names the release does not register.
+``pattern_module``
+    ``{"module", "file", "line"}``: the module the quant configs compile ``re:`` targets and
+    ignores with (what ``utils/config_utils.py`` binds to ``re``: ``regex`` in 0.30 to 0.33).
 ``architectures.<name>``: one entry per config.json ``architectures`` name.
     ``registry_entry``: ``[module, class]`` as registered; ``registry_line``.
     ``model_file``, ``model_class``, ``model_line``: the class that is built (after the
@@ -1894,9 +1897,28 @@ def derive(
         "registry": {"file": world.module(REGISTRY_MODULE).rel, "line": registry_line},  # type: ignore[union-attr]
         "absent": sorted(absent),
         "architectures": out_archs,
+        "pattern_module": pattern_module_json(world),
         "classes": class_json(world, used),
         "classes_absent": sorted(missing),
     }
+
+
+PATTERN_MODULE = "vllm.model_executor.layers.quantization.utils.config_utils"
+"""Where the quant configs' ``re:`` matching (``is_equal_or_regex_match``) lives."""
+
+
+def pattern_module_json(world: World) -> dict[str, Any]:
+    """The module the quant configs compile ``re:`` targets with: what the file binds to
+    ``re`` (``import regex as re``)."""
+    module = world.module(PATTERN_MODULE)
+    if module is None:
+        raise DeriveError(f"{PATTERN_MODULE} not in the wheel")
+    for stmt in module.tree.body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if (alias.asname or alias.name) == "re":
+                    return {"module": alias.name, "file": module.rel, "line": stmt.lineno}
+    raise DeriveError(f"{PATTERN_MODULE} binds no name re: review how it matches re: targets")
 
 
 def arch_json(world: World, arch: str, resolved: dict[str, Any], commit: str) -> dict[str, Any]:

@@ -1019,6 +1019,18 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "ct-class-parallel-linear": (["llama", "deepseek_v3"], _ct({"g": _g(["ParallelLinear"])})),
     "ct-class-lm-head": (["llama"], _ct({"g": _g(["Linear"]), "h": _g(["lm_head"], INT8)})),
     "ct-regex-inline-flag": (["llama"], _ct({"g": _g(["re:.*(?i)_PROJ$"])})),
+    # the regex module's inline flag applies from where it stands to the end of its group,
+    # later alternatives included, not to what comes before it
+    "ct-regex-inline-flag-scope": (
+        ["llama", "qwen3_5"],
+        _ct(
+            {
+                "g": _g([r"re:MODEL\.(?i)LAYERS\.0\..*"]),
+                "h": _g([r"re:.*mlp(?i)\.DOWN_proj$|.*O_PROJ$"], INT8),
+            },
+            [r"re:.*(?i:Q)_proj$(?i)|.*LM_HEAD"],
+        ),
+    ),
     "ct-embedding-wna16": (["llama"], _ct({"g": _g(["Linear"]), "e": _g(["Embedding"], W4A16)})),
     "ct-attention-group-dropped": (
         ["llama"],

@@ -100,6 +100,8 @@ class EngineFacts:
     architectures: dict[str, ArchitectureFacts]
     classes: dict[str, tuple[str, ...]]
     """Layer class -> its base classes, as far as the facts know them."""
+    pattern_module: str = "re"
+    """The module the engine compiles ``re:`` targets with (``regex`` for vLLM)."""
 
     @property
     def label(self) -> str:
@@ -208,4 +210,5 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
         name: tuple(info.get("mro") or info.get("bases", ()))
         for name, info in data.get("classes", {}).items()
     }
-    return EngineFacts(data["engine"], data["release"], commit, archs, classes)
+    pattern = (data.get("pattern_module") or {}).get("module", "re")
+    return EngineFacts(data["engine"], data["release"], commit, archs, classes, pattern)

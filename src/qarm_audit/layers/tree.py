@@ -38,6 +38,9 @@ class LayerTree:
     note: str = ""
     rename: Rename | None = None
     """The model's renames, where it has any: what the engine calls a checkpoint layer."""
+    pattern_module: str = "re"
+    """The module the engine compiles ``re:`` targets with (``regex``: vLLM), whether or not
+    the architecture is modelled."""
 
     def engine_path(self, name: str) -> str:
         """The engine's own name for a checkpoint layer (``model.language_model.layers.0...``
@@ -59,6 +62,7 @@ def build_tree(
             GENERIC,
             False,
             has_mapper=True,
+            pattern_module=facts.pattern_module,
             note=f"{config.architecture} is not modelled for {facts.label}: generic layer rules "
             "were used (q/k/v and gate/up fused, every 2-D weight a Linear with the quant config)"
             if config.architecture
@@ -72,6 +76,7 @@ def build_tree(
         cite=arch.cite,
         has_mapper=arch.has_mapper,
         rename=arch.rename or None,
+        pattern_module=facts.pattern_module,
     )
 
 

@@ -9,7 +9,7 @@ whole-name wildcard), MIXED_PRECISION lookup strategies in a fixed order, compre
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -18,6 +18,7 @@ from ..findings import Finding, finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
 from .matchers import FirstMatch, SubstringSet, WildcardSet
+from .regex_module import regex_module_form
 
 
 class Membership(NamedTuple):
@@ -407,14 +408,18 @@ class _CompressedTensors:
         self.path = tree.engine_path if tree is not None and tree.rename else None
         """The engine's name for a checkpoint layer: vLLM tests ``re:`` entries on its own
         layer names, and exact entries after mapping them the same way."""
+        # vLLM compiles re: entries with the regex module: read them as it does
+        form: Callable[[str], str] = str
+        if tree is not None and tree.pattern_module == "regex":
+            form = regex_module_form
         ignore_names = [i for i in rules.ignore if not i.startswith("re:")]
         self.ignore_exact = set(ignore_names)
         self.ignore_regex_src = [i[3:] for i in rules.ignore if i.startswith("re:")]
-        self.ignore_regex = FirstMatch(self.ignore_regex_src, "ignore")
+        self.ignore_regex = FirstMatch([form(p) for p in self.ignore_regex_src], "ignore")
         targets = list(rules.targets)
         self.target_exact = {t: i for i, t in enumerate(targets) if not t.startswith("re:")}
         self.regex_targets = [(i, t) for i, t in enumerate(targets) if t.startswith("re:")]
-        self.target_regex = FirstMatch([t[3:] for _, t in self.regex_targets], "targets")
+        self.target_regex = FirstMatch([form(t[3:]) for _, t in self.regex_targets], "targets")
         self.targets = targets
 
     def run(self) -> Resolution:
