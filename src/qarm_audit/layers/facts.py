@@ -50,6 +50,8 @@ class Rename:
     substr: tuple[tuple[str, str], ...] = ()
     prefix: tuple[tuple[str, str], ...] = ()
     suffix: tuple[tuple[str, str], ...] = ()
+    _seen: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """Names already renamed (every expert of a MoE layer asks for its layer's name)."""
 
     def __bool__(self) -> bool:
         return bool(self.regex or self.substr or self.prefix or self.suffix)
@@ -73,8 +75,15 @@ class Rename:
     def module(self, name: str) -> str:
         """The engine's name for a checkpoint module: its ``.weight`` renamed, less the
         ``.weight`` (DeepSeek-V4's ``head`` is ``lm_head``, by the suffix ``head.weight``)."""
+        seen = self._seen.get(name)
+        if seen is not None:
+            return seen
         mapped = self.weight(name + ".weight")
-        return mapped[: -len(".weight")] if mapped.endswith(".weight") else self.weight(name)
+        out = mapped[: -len(".weight")] if mapped.endswith(".weight") else self.weight(name)
+        if len(self._seen) >= 1 << 16:
+            self._seen.clear()  # the facts live for the process: keep the memo bounded
+        self._seen[name] = out
+        return out
 
 
 @dataclass(frozen=True)
