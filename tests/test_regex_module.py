@@ -119,3 +119,12 @@ def test_vllm_resolves_a_mid_pattern_flag_and_says_the_producer_cannot(tmp_path:
     assert "compressed-tensors cannot compile 're:.*(?i)O_PROJ$'" in warning.message
     with pytest.raises(PatternError, match="does not compile"):
         audit(str(folder), engine="sglang")
+
+
+def test_hostile_patterns_are_left_for_the_matcher_to_refuse() -> None:
+    deep = "(" * 1000 + "a(?i)b" + ")" * 1000
+    assert regex_module_form(deep) == deep  # too deep to rewrite: "nested too deeply" follows
+    long = "a" * 5000 + "(?i)b"
+    assert regex_module_form(long) == long  # over the cap: refused unread
+    many = "a(?i)" * 800  # under the cap, and over it once rewritten
+    assert regex_module_form(many) == many

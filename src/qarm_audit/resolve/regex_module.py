@@ -22,6 +22,8 @@ import importlib
 import re
 from typing import Any
 
+from .matchers import MAX_PATTERN_LENGTH
+
 _parser: Any = importlib.import_module("re._parser")
 
 _FLAGS = re.compile(r"\(\?([aiLmsux]*)(?:-([imsx]*))?\)")
@@ -38,8 +40,8 @@ class _Untranslatable(Exception):
 def regex_module_form(pattern: str) -> str:
     """``pattern`` with its mid-pattern flag groups scoped as the ``regex`` module scopes them;
     ``pattern`` itself where ``re`` takes it or no exact rewrite exists."""
-    if "(?" not in pattern:
-        return pattern
+    if "(?" not in pattern or len(pattern) > MAX_PATTERN_LENGTH:
+        return pattern  # over the cap: the matcher refuses it by name, unread
     try:
         _parser.parse(pattern)
         return pattern
@@ -51,9 +53,10 @@ def regex_module_form(pattern: str) -> str:
         alternatives, end = _body(pattern, 0)
     except (_Untranslatable, RecursionError):
         return pattern
-    if end != len(pattern):
-        return pattern  # an unbalanced ")": the matcher names the error
-    return "|".join(alternatives)
+    written = "|".join(alternatives)
+    if end != len(pattern) or len(written) > MAX_PATTERN_LENGTH:
+        return pattern  # an unbalanced ")", or grown past the cap: the matcher names it
+    return written
 
 
 def _body(p: str, i: int) -> tuple[list[str], int]:
