@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from conftest import write_checkpoint
 from qarm_audit import audit
@@ -128,3 +130,44 @@ def test_hostile_patterns_are_left_for_the_matcher_to_refuse() -> None:
     assert regex_module_form(long) == long  # over the cap: refused unread
     many = "a(?i)" * 800  # under the cap, and over it once rewritten
     assert regex_module_form(many) == many
+
+
+_ATOMS = ["a", "B", ".", r"\.", "[aB]", "x*", "(?i:b)"]
+_FLAG_GROUPS = ["(?i)", "(?-i)", "(?s)", "(?i-s)", "(?m)"]
+
+
+@st.composite
+def _mid_flag_patterns(draw: st.DrawFn, depth: int = 0) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.integers(0, 9))
+        if kind < 5:
+            parts.append(draw(st.sampled_from(_ATOMS)))
+        elif kind < 7:
+            parts.append(draw(st.sampled_from(_FLAG_GROUPS)))
+        elif kind < 8:
+            parts.append("|")
+        elif depth < 2:
+            inner = draw(_mid_flag_patterns(depth + 1))
+            parts.append(draw(st.sampled_from(["(?:", "(", "(?=", "(?!"])) + inner + ")")
+    return "a" + "".join(parts)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(_mid_flag_patterns(), st.lists(st.text("aAbB.x\n", max_size=6), min_size=1, max_size=6))
+def test_the_rewrite_answers_as_the_regex_module_does_on_generated_patterns(
+    pattern: str, names: list[str]
+) -> None:
+    regex = pytest.importorskip("regex")
+    try:
+        theirs = regex.compile(pattern)
+    except regex.error:
+        assume(False)
+    written = regex_module_form(pattern)
+    try:
+        ours = re.compile(written)
+    except re.error:
+        assume(False)  # no exact rewrite: refused by name
+        raise
+    for name in names:
+        assert bool(ours.match(name)) == bool(theirs.match(name)), (pattern, written, name)
