@@ -302,6 +302,16 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("diff-identical-counts-declarations", "commands/diff.py",
      "changed or modules or config)",
      "changed)"),
+    # the regex module's reading of re: patterns (vLLM)
+    ("regex-module-verbose-flag-left-to-refuse", "resolve/regex_module.py",
+     '                if "x" in flags[1]:\n                    raise _Untranslatable',
+     "                if False:\n                    raise _Untranslatable"),
+    ("regex-module-reading-under-vllm", "resolve/resolver.py",
+     "            form = regex_module_form",
+     "            form = str"),
+    ("producer-cannot-compile-a-regex-module-pattern", "resolve/producer.py",
+     "            re.compile(entry[3:])",
+     "            pass"),
 ]
 # fmt: on
 

@@ -31,7 +31,7 @@ JSON written (``--out``, default ``src/qarm_audit/layers/facts/vllm-<release>.js
 keys, indent 2, trailing newline)
 
 ``format``
-    ``"qarm-engine-layers/1"``.
+    ``"qarm-engine-layers/2"`` (2: mapper tables as ordered ``[old, new]`` pairs).
 ``engine``, ``release``, ``platform``
     ``"vllm"``, the wheel's version, the platform the entry points were resolved for.
 ``commit``
@@ -42,6 +42,9 @@ keys, indent 2, trailing newline)
     ``{"file", "line"}``: where ``_VLLM_MODELS`` is.
 ``absent``
     Requested architecture names the release does not register.
+``pattern_module``
+    ``{"module", "file", "line"}``: the module the quant configs compile ``re:`` targets and
+    ignores with (what ``utils/config_utils.py`` binds to ``re``: ``regex`` in 0.30 to 0.33).
 ``architectures.<name>``: one entry per config.json ``architectures`` name.
     ``registry_entry``: ``[module, class]`` as registered; ``registry_line``.
     ``model_file``, ``model_class``, ``model_line``: the class that is built (after the
@@ -58,11 +61,18 @@ keys, indent 2, trailing newline)
     config keys, ``tests`` (``[{"config", "test"}]``) and, when it is exactly one
     ``config.<key> is not None`` test, ``config`` and ``test`` at top level.
     ``mapper``: ``null`` or the class's ``hf_to_vllm_mapper`` (a ``WeightsMapper``):
-    ``orig_to_new_prefix``/``_substr``/``_suffix``/``_regex`` (pattern text) map to a new
-    string or ``null`` (drop the weight), ``orig_to_new_stacked`` maps to ``[name, shard]``,
+    ``orig_to_new_prefix``/``_substr``/``_suffix``/``_regex`` (pattern text) are lists of
+    ``[old, new]`` pairs in source order (``WeightsMapper`` applies every matching entry of a
+    table in turn, in dict order), ``new`` a string or ``null`` (drop the weight);
+    ``orig_to_new_stacked`` pairs map to ``[name, shard]``,
     ``orig_to_new_renaming`` lists expressions, ``file``/``line`` where it is assigned;
     ``rename_mapper`` is what ``get_rename_mapper()`` keeps and what the quant config sees
     (``null`` targets and all stacked entries dropped).
+    ``load_fused``: layers ``load_weights`` loads from several checkpoint modules, from the
+    ``(param_name, shard_name, shard_id)`` literals in the ``load_weights`` of the model class,
+    its bases and every class it builds: ``{"fused", "shards", "file", "line"}`` (names as
+    written, possibly dotted); also those the packed mapping never names (DeepSeek-V3.2's
+    indexer ``wk_weights_proj``).
     ``nested_models``: inner models whose mapper and packed mapping reach the quant config
     again: ``built_by`` ``init_vllm_registered_model`` (runs ``configure_quant_config``)
     or ``constructor`` (a ``SupportsQuant`` class built directly; its ``__new__`` applies
@@ -115,7 +125,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT = "qarm-engine-layers/1"
+FORMAT = "qarm-engine-layers/2"
 REPO = "vllm-project/vllm"
 ROOT = Path(__file__).resolve().parent.parent
 FACTS_DIR = ROOT / "src" / "qarm_audit" / "layers" / "facts"
@@ -1621,11 +1631,16 @@ def mapper_json(world: World, info: ClassInfo) -> dict[str, Any] | None:
             out[name] = [jsonable(x) for x in field_value.items]
             rename[name] = out[name]
             continue
-        out[name] = jsonable(field_value)
-        if name != "orig_to_new_stacked" and isinstance(out[name], dict):
-            kept = {k: v for k, v in out[name].items() if v is not None}
-            if kept:
-                rename[name] = kept
+        table = jsonable(field_value)
+        if not isinstance(table, dict):
+            out[name] = table
+            continue
+        # [old, new] pairs in source order: WeightsMapper applies every entry of a table that
+        # matches, one after the other in dict order, so the order is part of the fact
+        out[name] = [[k, v] for k, v in table.items()]
+        kept = [[k, v] for k, v in table.items() if v is not None]
+        if name != "orig_to_new_stacked" and kept:
+            rename[name] = kept
     out["rename_mapper"] = rename
     return out
 
@@ -1882,9 +1897,28 @@ def derive(
         "registry": {"file": world.module(REGISTRY_MODULE).rel, "line": registry_line},  # type: ignore[union-attr]
         "absent": sorted(absent),
         "architectures": out_archs,
+        "pattern_module": pattern_module_json(world),
         "classes": class_json(world, used),
         "classes_absent": sorted(missing),
     }
+
+
+PATTERN_MODULE = "vllm.model_executor.layers.quantization.utils.config_utils"
+"""Where the quant configs' ``re:`` matching (``is_equal_or_regex_match``) lives."""
+
+
+def pattern_module_json(world: World) -> dict[str, Any]:
+    """The module the quant configs compile ``re:`` targets with: what the file binds to
+    ``re`` (``import regex as re``)."""
+    module = world.module(PATTERN_MODULE)
+    if module is None:
+        raise DeriveError(f"{PATTERN_MODULE} not in the wheel")
+    for stmt in module.tree.body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if (alias.asname or alias.name) == "re":
+                    return {"module": alias.name, "file": module.rel, "line": stmt.lineno}
+    raise DeriveError(f"{PATTERN_MODULE} binds no name re: review how it matches re: targets")
 
 
 def arch_json(world: World, arch: str, resolved: dict[str, Any], commit: str) -> dict[str, Any]:
@@ -1912,11 +1946,59 @@ def arch_json(world: World, arch: str, resolved: dict[str, Any], commit: str) ->
         "packed_when": packed_when_json(interp, top_frame_obj) if top_frame_obj else [],
         "mapper": mapper_json(world, info),
         "layers": layers_json(interp.records),
+        "load_fused": load_fused_json(world, info, interp.records),
         "nested_models": nested_json(world, interp),
     }
     if packed_at is not None:
         entry["packed_modules_mapping_at"] = packed_at
     return entry
+
+
+def load_fused_json(world: World, info: ClassInfo, records: list[Record]) -> list[dict[str, Any]]:
+    """Layers ``load_weights`` loads from several checkpoint modules: the ``(param_name,
+    shard_name, shard_id)`` literals of its stacked-parameter lists, in the ``load_weights`` of
+    the model class, its bases and every class the model builds. Also those the
+    ``packed_modules_mapping`` never names (DeepSeek-V3.2's indexer ``wk_weights_proj`` =
+    ``wk`` + ``weights_proj``)."""
+    classes: list[ClassInfo] = [c for c in world.mro(info) if isinstance(c, ClassInfo)]
+    for r in records:
+        owner = world.key_owner.get(r.cls_key)
+        if owner is not None:
+            classes += [c for c in world.mro(owner) if isinstance(c, ClassInfo)]
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    seen: set[int] = set()
+    for cls in classes:
+        if id(cls.node) in seen:
+            continue
+        seen.add(id(cls.node))
+        for stmt in cls.node.body:
+            if not (isinstance(stmt, ast.FunctionDef) and stmt.name == "load_weights"):
+                continue
+            for node in ast.walk(stmt):
+                if not (isinstance(node, ast.Tuple) and len(node.elts) == 3):
+                    continue
+                fused, shard = node.elts[0], node.elts[1]
+                if not (
+                    isinstance(fused, ast.Constant)
+                    and isinstance(fused.value, str)
+                    and isinstance(shard, ast.Constant)
+                    and isinstance(shard.value, str)
+                    and fused.value != shard.value
+                ):
+                    continue
+                key = (cls.module.rel, fused.value)
+                entry = found.setdefault(
+                    key,
+                    {
+                        "fused": fused.value,
+                        "shards": [],
+                        "file": cls.module.rel,
+                        "line": node.lineno,
+                    },
+                )
+                if shard.value not in entry["shards"]:
+                    entry["shards"].append(shard.value)
+    return sorted(found.values(), key=lambda e: (e["fused"], e["file"], e["line"]))
 
 
 def nested_json(world: World, interp: Interpreter) -> list[dict[str, Any]]:

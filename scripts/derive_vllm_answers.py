@@ -400,6 +400,186 @@ def _transformers5(layers: list[Any]) -> list[Any]:
     return [(prefix, [rename(m) for m in modules], kind) for prefix, modules, kind in layers]
 
 
+def _glm5() -> list[Any]:
+    """GLM-5 (``GlmMoeDsaForCausalLM``, built as ``DeepseekV32ForCausalLM``): DeepSeek-V3's MLA
+    and MoE, and per layer a sparse-attention indexer whose ``wk`` and ``weights_proj`` vLLM
+    loads into one ``wk_weights_proj`` built with no quant config (deepseek_v32/attention.py,
+    stacked in deepseek_v2.py's load_weights)."""
+    out = []
+    for i, moe in ((0, False), (3, True)):
+        p = f"model.layers.{i}"
+        a = f"{p}.self_attn"
+        x = f"{a}.indexer"
+        out += _deepseek_attn(p)
+        out += [
+            (f"{x}.wq_b", [f"{x}.wq_b"], "linear"),
+            (f"{x}.wk_weights_proj", [f"{x}.wk", f"{x}.weights_proj"], "linear"),
+            *_norms(x, "k_norm"),
+        ]
+        if moe:
+            out += [(f"{p}.mlp.gate", [f"{p}.mlp.gate"], "linear")]
+            out += _experts(f"{p}.mlp", ("gate_proj", "up_proj", "down_proj"))
+            out += _mlp(f"{p}.mlp.shared_experts")
+        else:
+            out += _mlp(f"{p}.mlp")
+        out += _norms(p, "input_layernorm", "post_attention_layernorm")
+    return out + _ends("model")
+
+
+def _deepseek_v4() -> list[Any]:
+    """DeepSeek-V4 as its original checkpoints name it (``layers.N.attn.wq_a``, ``ffn``,
+    ``embed``, ``head``), each module under the vLLM layer its ``hf_to_vllm_mapper`` and
+    ``packed_modules_mapping`` load it into (deepseek_v4/nvidia/model.py): ``wq_a`` + ``wkv``
+    into ``fused_wqa_wkv``; the compressor's ``wkv`` + ``wgate`` into ``fused_wkv_wgate``
+    (no quant config); ``shared_experts.w1``/``w3`` into ``gate_up_proj`` and ``w2`` renamed
+    ``down_proj``; routed experts ``w1``/``w3``/``w2`` (gate, up, down); ``head`` into
+    ``lm_head`` (no quant config). Layer 0 has no compressor (``compress_ratios[0] == 0``),
+    layer 2 a compressor and an indexer (ratio 4)."""
+    out: list[Any] = [("model.embed_tokens", ["embed"], "embedding")]
+    for i in (0, 2):
+        c, p = f"layers.{i}", f"model.layers.{i}"
+        out += [
+            (f"{p}.attn.fused_wqa_wkv", [f"{c}.attn.wq_a", f"{c}.attn.wkv"], "linear"),
+            *[(f"{p}.attn.{x}", [f"{c}.attn.{x}"], "linear") for x in ("wq_b", "wo_a", "wo_b")],
+            *[(f"{p}.attn.{x}", [f"{c}.attn.{x}"], "norm") for x in ("q_norm", "kv_norm")],
+        ]
+        if i == 2:
+            for comp in ("attn.compressor", "attn.indexer.compressor"):
+                out += [
+                    (
+                        f"{p}.{comp}.fused_wkv_wgate",
+                        [f"{c}.{comp}.wkv", f"{c}.{comp}.wgate"],
+                        "linear",
+                    ),
+                    (f"{p}.{comp}.norm", [f"{c}.{comp}.norm"], "norm"),
+                ]
+            out += [
+                (f"{p}.attn.indexer.{x}", [f"{c}.attn.indexer.{x}"], "linear")
+                for x in ("wq_b", "weights_proj")
+            ]
+        f = f"{c}.ffn"
+        out += [
+            (f"{p}.ffn.gate", [f"{f}.gate"], "linear"),
+            (
+                f"{p}.ffn.experts",
+                [f"{f}.experts.{e}.{x}" for e in range(3) for x in ("w1", "w3", "w2")],
+                "linear",
+            ),
+            (
+                f"{p}.ffn.shared_experts.gate_up_proj",
+                [f"{f}.shared_experts.w1", f"{f}.shared_experts.w3"],
+                "linear",
+            ),
+            (f"{p}.ffn.shared_experts.down_proj", [f"{f}.shared_experts.w2"], "linear"),
+            (f"{p}.attn_norm", [f"{c}.attn_norm"], "norm"),
+            (f"{p}.ffn_norm", [f"{c}.ffn_norm"], "norm"),
+        ]
+    return [*out, ("model.norm", ["norm"], "norm"), ("lm_head", ["head"], "linear")]
+
+
+def _laguna() -> list[Any]:
+    """Laguna (laguna.py): gated attention (``g_proj``), q/k/v fused, the MLP's ``gate_proj``
+    and ``up_proj`` kept apart (no ``gate_up_proj`` in its packed mapping); layer 0 dense,
+    layer 1 MoE with a router built without a quant config and one ``shared_expert``."""
+    out = []
+    for i in (0, 1):
+        p = f"model.layers.{i}"
+        a = f"{p}.self_attn"
+        out += [*_attn_llama(p), (f"{a}.g_proj", [f"{a}.g_proj"], "linear")]
+        out += _norms(a, "q_norm", "k_norm")
+        mlp = f"{p}.mlp" if i == 0 else f"{p}.mlp.shared_expert"
+        if i == 1:
+            out += [(f"{p}.mlp.gate", [f"{p}.mlp.gate"], "linear")]
+            out += _experts(f"{p}.mlp", ("gate_proj", "up_proj", "down_proj"))
+        out += [
+            (f"{mlp}.{x}", [f"{mlp}.{x}"], "linear") for x in ("gate_proj", "up_proj", "down_proj")
+        ]
+        out += _norms(p, "input_layernorm", "post_attention_layernorm")
+    return out + _ends("model")
+
+
+def _qwen3_5() -> list[Any]:
+    """Qwen3.5 (``Qwen3_5ForConditionalGeneration``, the seed's architecture), named as its
+    checkpoints are (``model.language_model.``, ``model.visual.``, ``lm_head``), which the
+    model's mapper renames (qwen3_5.py): layer 0 Gated DeltaNet, whose ``in_proj_qkv`` +
+    ``in_proj_z`` and ``in_proj_b`` + ``in_proj_a`` vLLM fuses and whose ``conv1d`` it builds
+    with no quant config; layer 3 full attention; a dense MLP; the embedding built with no
+    quant config; and the vision tower's blocks and merger. ``mtp.*`` the mapper drops (the
+    MTP model loads it)."""
+    lm, v = "model.language_model", "model.visual"
+    out: list[Any] = [("language_model.model.embed_tokens", [f"{lm}.embed_tokens"], "embedding")]
+    for i in (0, 3):
+        c, p = f"{lm}.layers.{i}", f"language_model.model.layers.{i}"
+        if i == 0:
+            la, ca = f"{p}.linear_attn", f"{c}.linear_attn"
+            out += [
+                (f"{la}.in_proj_qkvz", [f"{ca}.in_proj_qkv", f"{ca}.in_proj_z"], "linear"),
+                (f"{la}.in_proj_ba", [f"{ca}.in_proj_b", f"{ca}.in_proj_a"], "linear"),
+                (f"{la}.conv1d", [f"{ca}.conv1d"], "conv"),
+                (f"{la}.out_proj", [f"{ca}.out_proj"], "linear"),
+                (f"{la}.norm", [f"{ca}.norm"], "norm"),
+            ]
+        else:
+            sa, cs = f"{p}.self_attn", f"{c}.self_attn"
+            out += [
+                (f"{sa}.qkv_proj", [f"{cs}.q_proj", f"{cs}.k_proj", f"{cs}.v_proj"], "linear"),
+                (f"{sa}.o_proj", [f"{cs}.o_proj"], "linear"),
+                (f"{sa}.q_norm", [f"{cs}.q_norm"], "norm"),
+                (f"{sa}.k_norm", [f"{cs}.k_norm"], "norm"),
+            ]
+        out += [
+            (f"{p}.mlp.gate_up_proj", [f"{c}.mlp.gate_proj", f"{c}.mlp.up_proj"], "linear"),
+            (f"{p}.mlp.down_proj", [f"{c}.mlp.down_proj"], "linear"),
+            (f"{p}.input_layernorm", [f"{c}.input_layernorm"], "norm"),
+            (f"{p}.post_attention_layernorm", [f"{c}.post_attention_layernorm"], "norm"),
+        ]
+    out += [
+        ("language_model.model.norm", [f"{lm}.norm"], "norm"),
+        ("language_model.lm_head", ["lm_head"], "linear"),
+        ("visual.patch_embed.proj", [f"{v}.patch_embed.proj"], "conv"),
+        ("visual.pos_embed", [f"{v}.pos_embed"], "embedding"),
+    ]
+    for j in (0,):
+        b, cb = f"visual.blocks.{j}", f"{v}.blocks.{j}"
+        out += [
+            (f"{b}.{x}", [f"{cb}.{x}"], "linear")
+            for x in ("attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2")
+        ]
+    out += [
+        (f"visual.merger.{x}", [f"{v}.merger.{x}"], "linear") for x in ("linear_fc1", "linear_fc2")
+    ]
+    return out
+
+
+def _qwen2_vl_hf() -> list[Any]:
+    """Qwen2-VL's layers that no packed mapping fuses, named as a transformers 5 checkpoint
+    names them (``model.visual.``, ``model.language_model.``, ``lm_head``). Its mapper's
+    prefixes apply one after another in the order qwen2_vl.py writes them: ``model.visual.``
+    becomes ``visual.`` before the catch-all ``model.`` (``language_model.model.``) is tried,
+    so the order decides every vision name."""
+    v, lm = "model.visual", "model.language_model"
+    out: list[Any] = [("visual.patch_embed.proj", [f"{v}.patch_embed.proj"], "conv")]
+    b = "blocks.0"
+    out += [
+        (f"visual.{b}.{x}", [f"{v}.{b}.{x}"], "linear")
+        for x in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
+    ]
+    out += [(f"visual.merger.mlp.{j}", [f"{v}.merger.mlp.{j}"], "linear") for j in (0, 2)]
+    out += [
+        (f"language_model.model.layers.0.{x}", [f"{lm}.layers.0.{x}"], "linear")
+        for x in ("self_attn.o_proj", "mlp.down_proj")
+    ]
+    out += [
+        (
+            "language_model.model.layers.0.input_layernorm",
+            [f"{lm}.layers.0.input_layernorm"],
+            "norm",
+        ),
+        ("language_model.lm_head", ["lm_head"], "linear"),
+    ]
+    return out
+
+
 # name -> (architecture, config values, the layer facts' architecture for the nested language
 # model, layers, model file cited)
 TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
@@ -430,6 +610,31 @@ TREES: dict[str, tuple[str, dict[str, Any], str, list[Any]]] = {
         {"model_type": "llava"},
         "LlamaForCausalLM",
         _transformers5(_llava()),
+    ),
+    "deepseek_v4": (
+        "DeepseekV4ForCausalLM",
+        {"model_type": "deepseek_v4", "q_lora_rank": 1024, "n_shared_experts": 1},
+        "",
+        _deepseek_v4(),
+    ),
+    "glm5": (
+        "GlmMoeDsaForCausalLM",
+        {"model_type": "glm_moe_dsa", "q_lora_rank": 8, "first_k_dense_replace": 3},
+        "",
+        _glm5(),
+    ),
+    "laguna": ("LagunaForCausalLM", {"model_type": "laguna"}, "", _laguna()),
+    "qwen2_vl_hf": (
+        "Qwen2VLForConditionalGeneration",
+        {"model_type": "qwen2_vl"},
+        "Qwen2ForCausalLM",
+        _qwen2_vl_hf(),
+    ),
+    "qwen3_5": (
+        "Qwen3_5ForConditionalGeneration",
+        {"model_type": "qwen3_5"},
+        "",
+        _qwen3_5(),
     ),
 }
 
@@ -520,7 +725,18 @@ def _mapper(ns: dict[str, Any], tree: dict[str, Any]) -> Any:
     rename = tree["rename_mapper"]
     if rename is None:
         return None
-    return ns["WeightsMapper"](**rename).get_rename_mapper()
+    # the facts keep each table as [old, new] pairs in the model's order; a dict keeps it
+    fields = {
+        k: dict(v) if isinstance(v, list) and k != "orig_to_new_renaming" else v
+        for k, v in rename.items()
+    }
+    if "orig_to_new_regex" in fields:
+        # the facts write a compiled pattern as "re:" + its text; vLLM's module compiles it
+        fields["orig_to_new_regex"] = {
+            ns["re"].compile(k.removeprefix("re:")): v
+            for k, v in fields["orig_to_new_regex"].items()
+        }
+    return ns["WeightsMapper"](**fields).get_rename_mapper()
 
 
 def _error(e: Exception) -> list[str]:
@@ -739,6 +955,25 @@ def _real(path: str, wrap: bool = False) -> dict[str, Any]:
 
 L0 = "model.layers.0"
 SA = f"{L0}.self_attn"
+_SEED = "model.language_model.layers"
+SEED_LAYERS = {
+    # the seed's quantized_layers (fixtures/make_seed_manifests.py) on the tree's two layers
+    **{f"{_SEED}.0.linear_attn.{x}": "FP8" for x in ("in_proj_qkv", "in_proj_z", "out_proj")},
+    **{f"{_SEED}.3.self_attn.{x}": "FP8" for x in ("q_proj", "k_proj", "v_proj", "o_proj")},
+    **{
+        f"{_SEED}.{i}.mlp.{x}": "NVFP4"
+        for i in (0, 3)
+        for x in ("gate_proj", "up_proj", "down_proj")
+    },
+    "lm_head": "NVFP4",
+}
+SEED_SIBLING_EXCLUDES = [
+    "model.visual*",
+    "mtp*",
+    "*linear_attn.conv1d",
+    "*linear_attn.in_proj_a",
+    "*linear_attn.in_proj_b",
+]
 SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     # tests/test_differential.py's synthetic cases, on vLLM's trees
     "ct-class-linear": (
@@ -784,6 +1019,18 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "ct-class-parallel-linear": (["llama", "deepseek_v3"], _ct({"g": _g(["ParallelLinear"])})),
     "ct-class-lm-head": (["llama"], _ct({"g": _g(["Linear"]), "h": _g(["lm_head"], INT8)})),
     "ct-regex-inline-flag": (["llama"], _ct({"g": _g(["re:.*(?i)_PROJ$"])})),
+    # the regex module's inline flag applies from where it stands to the end of its group,
+    # later alternatives included, not to what comes before it
+    "ct-regex-inline-flag-scope": (
+        ["llama", "qwen3_5"],
+        _ct(
+            {
+                "g": _g([r"re:MODEL\.(?i)LAYERS\.0\..*"]),
+                "h": _g([r"re:.*mlp(?i)\.DOWN_proj$|.*O_PROJ$"], INT8),
+            },
+            [r"re:.*(?i:Q)_proj$(?i)|.*LM_HEAD"],
+        ),
+    ),
     "ct-embedding-wna16": (["llama"], _ct({"g": _g(["Linear"]), "e": _g(["Embedding"], W4A16)})),
     "ct-attention-group-dropped": (
         ["llama"],
@@ -925,6 +1172,63 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
             {"model.language_model.layers.0.mlp.down_proj": "NVFP4", "lm_head": "FP8"},
         ),
     ),
+    # DeepSeek-V4, GLM-5, Laguna and Qwen3.5: their own layers
+    "ct-v4-class-linear": (
+        ["deepseek_v4", "glm5", "laguna", "qwen3_5"],
+        _ct({"g": _g(["Linear"])}),
+    ),
+    "ct-v4-ffn-regex": (["deepseek_v4"], _ct({"g": _g(["re:.*ffn.*"])})),
+    "ct-v4-fused-target": (["deepseek_v4"], _ct({"g": _g(["re:.*fused_wqa_wkv$", "re:.*w2$"])})),
+    "ct-v4-wkv-ignored": (["deepseek_v4"], _ct({"g": _g(["Linear"])}, ["re:.*attn\\.wkv$"])),
+    "ct-v4-compressor-regex": (
+        ["deepseek_v4"],
+        _ct({"g": _g(["re:.*compressor.*", "re:.*indexer.*"])}),
+    ),
+    "mo-v4-head": (["deepseek_v4"], _mo(["head", "*.attn.*"], "NVFP4")),
+    "mixed-v4-shared-experts": (
+        ["deepseek_v4"],
+        _mo(
+            ["layers.0.ffn.shared_experts.w2"],
+            "MIXED_PRECISION",
+            {
+                "layers.0.ffn.shared_experts.w1": "FP8",
+                "layers.0.ffn.shared_experts.w3": "FP8",
+                "layers.2.ffn.shared_experts.w2": "FP8",
+                "layers.2.ffn.experts.0.w1": "NVFP4",
+            },
+        ),
+    ),
+    "ct-glm5-indexer": (["glm5"], _ct({"g": _g(["re:.*indexer.*", "re:.*kv_a_proj_with_mqa$"])})),
+    "mo-glm5-indexer-wildcard": (
+        ["glm5"],
+        _mo(["*indexer.wk", "model.layers.3.mlp.gate"], "NVFP4"),
+    ),
+    "ct-laguna-gate-proj": (["laguna"], _ct({"g": _g(["re:.*gate_proj$", "re:.*g_proj$"])})),
+    "mo-laguna-shared-expert": (["laguna"], _mo(["*shared_expert*", "*q_proj"], "FP8")),
+    "ct-qwen3-5-linear-attn": (
+        ["qwen3_5"],
+        _ct(
+            {"g": _g(["re:.*linear_attn.*"]), "v": _g(["re:.*visual.*"], INT8)}, ["re:.*in_proj_a$"]
+        ),
+    ),
+    # the order of the model's prefix renames: only applied in qwen2_vl.py's order does
+    # model.visual.blocks.0 become visual.blocks.0, which these anchored entries name
+    "ct-mapper-order": (
+        ["qwen2_vl_hf"],
+        _ct(
+            {
+                "v": _g([r"re:^visual\.blocks\..*"], INT8),
+                "t": _g([r"re:^language_model\.model\..*"]),
+            }
+        ),
+    ),
+    "mo-mapper-order": (
+        ["qwen2_vl_hf"],
+        _mo(["visual.blocks.*", "language_model.model.layers.0.m*"]),
+    ),
+    "mixed-seed": (["qwen3_5"], _mo([], "MIXED_PRECISION", SEED_LAYERS)),
+    "mixed-seed-sibling": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "MIXED_PRECISION", SEED_LAYERS)),
+    "mo-seed-single": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "NVFP4")),
 }
 
 REAL: dict[str, tuple[list[str], dict[str, Any]]] = {
@@ -950,13 +1254,28 @@ REAL: dict[str, tuple[list[str], dict[str, Any]]] = {
         ["llama"],
         _real("llmc-tinyllama-fp8-kv-legacy-compression-config/fp8-default-kv_config.json"),
     ),
+    "rw-deepseek-v4-flash": (
+        ["deepseek_v4"],
+        _real("aic-deepseek-v4-flash-nvfp4/hf_quant_config.json"),
+    ),
+    "rw-deepseek-v4-pro": (
+        ["deepseek_v4"],
+        _real("aic-deepseek-v4-pro-nvfp4/hf_quant_config.json"),
+    ),
+    "rw-redhat-deepseek-v4": (
+        ["deepseek_v4"],
+        _real("aic-redhat-deepseek-v4-flash-nvfp4-fp8/config.json"),
+    ),
+    "rw-glm5": (["glm5"], _real("aic-glm5-nvfp4/hf_quant_config.json")),
+    "rw-glm-5.3": (["glm5"], _real("aic-rh-glm-5.3-nvfp4-modelopt-in-config/config.json")),
+    "rw-laguna": (["laguna"], _real("aic-poolside-laguna-xs2-fp8/config.json")),
     "rw-tinyllama-fp8-static": (
         ["llama"],
         _real("llmc-tinyllama-fp8-static-legacy-compression-config/fp8-config.json"),
     ),
 }
-"""Every tests/data/realworld declaration that fits one of the trees (GLM-5, DeepSeek-V4 and
-Laguna name layers no tree here builds; the sparsity-only one declares no quantization)."""
+"""Every tests/data/realworld declaration that fits one of the trees (the sparsity-only one
+declares no quantization; the native DeepSeek fp8 one is neither family)."""
 
 
 def documents(decl: dict[str, Any]) -> dict[str, str]:

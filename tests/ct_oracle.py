@@ -343,6 +343,102 @@ def _laguna() -> Spec:
     return out
 
 
+def _deepseek_v4() -> Spec:
+    """DeepSeek-V4 as transformers 5.24 builds it (modeling_deepseek_v4.py; the checkpoint's
+    original names ``layers.N.attn.wq_a`` ... are renamed on load, conversion_mapping.py:711):
+    layer 0 sliding attention only, layer 1 compressed sparse attention with its compressor
+    and indexer; every layer MoE with a router and shared experts. ``o_a_proj`` is a
+    ``DeepseekV4GroupedLinear``, an ``nn.Linear`` subclass. The hyper-connection modules
+    (``attn_hc``, ``ffn_hc``, ``hc_head``) hold plain parameters, no Linear, and are left
+    out; so is ``mtp.*``, which transformers drops on load."""
+    out: Spec = [
+        ("", "DeepseekV4ForCausalLM"),
+        ("model", "DeepseekV4Model"),
+        ("model.embed_tokens", "Embedding"),
+        ("model.layers", "ModuleList"),
+    ]
+    for i in range(2):
+        layer = f"model.layers.{i}"
+        attn = f"{layer}.self_attn"
+        out += [(layer, "DeepseekV4DecoderLayer"), (attn, "DeepseekV4Attention")]
+        out += [
+            (f"{attn}.q_a_proj", "Linear"),
+            (f"{attn}.q_a_norm", "DeepseekV4RMSNorm"),
+            (f"{attn}.q_b_proj", "Linear"),
+            (f"{attn}.kv_proj", "Linear"),
+            (f"{attn}.kv_norm", "DeepseekV4RMSNorm"),
+            (f"{attn}.o_a_proj", "DeepseekV4GroupedLinear(Linear)"),
+            (f"{attn}.o_b_proj", "Linear"),
+        ]
+        if i == 1:
+            c = f"{attn}.compressor"
+            x = f"{c}.indexer"
+            out += [
+                (c, "DeepseekV4CSACompressor"),
+                *_lins(c, ("kv_proj", "gate_proj")),
+                (f"{c}.kv_norm", "DeepseekV4RMSNorm"),
+                (x, "DeepseekV4Indexer"),
+                *_lins(x, ("kv_proj", "gate_proj")),
+                (f"{x}.kv_norm", "DeepseekV4RMSNorm"),
+                (f"{x}.q_b_proj", "Linear"),
+                (f"{x}.scorer", "DeepseekV4IndexerScorer"),
+                (f"{x}.scorer.weights_proj", "Linear"),
+            ]
+        out += [
+            (f"{layer}.mlp", "DeepseekV4SparseMoeBlock"),
+            (f"{layer}.mlp.gate", "DeepseekV4TopKRouter"),
+            *_experts(f"{layer}.mlp.experts"),
+            (f"{layer}.mlp.shared_experts", "DeepseekV4MLP"),
+            *_lins(f"{layer}.mlp.shared_experts", _MLP),
+        ]
+        out += [(f"{layer}.{n}", "DeepseekV4RMSNorm") for n in _LAYER_NORMS]
+    out += [("model.norm", "DeepseekV4RMSNorm"), ("lm_head", "Linear")]
+    return out
+
+
+def _glm5() -> Spec:
+    """GLM-5 (``GlmMoeDsaForCausalLM``, transformers 5.24 modeling_glm_moe_dsa.py): DeepSeek-V3's
+    MLA and MoE, and in every attention a sparse-attention indexer (``wq_b``, ``wk``,
+    ``weights_proj`` Linears and a ``LayerNorm`` ``k_norm``); layer 0 dense, layer 1 MoE."""
+    out: Spec = [
+        ("", "GlmMoeDsaForCausalLM"),
+        ("model", "GlmMoeDsaModel"),
+        ("model.embed_tokens", "Embedding"),
+        ("model.layers", "ModuleList"),
+    ]
+    for i in range(2):
+        layer = f"model.layers.{i}"
+        attn = f"{layer}.self_attn"
+        x = f"{attn}.indexer"
+        out += [(layer, "GlmMoeDsaDecoderLayer"), (attn, "GlmMoeDsaAttention")]
+        out += [
+            (f"{attn}.q_a_proj", "Linear"),
+            (f"{attn}.q_a_layernorm", "GlmMoeDsaRMSNorm"),
+            (f"{attn}.q_b_proj", "Linear"),
+            (f"{attn}.kv_a_proj_with_mqa", "Linear"),
+            (f"{attn}.kv_a_layernorm", "GlmMoeDsaRMSNorm"),
+            (f"{attn}.kv_b_proj", "Linear"),
+            (f"{attn}.o_proj", "Linear"),
+            (x, "GlmMoeDsaIndexer"),
+            *_lins(x, ("wq_b", "wk")),
+            (f"{x}.k_norm", "LayerNorm"),
+            (f"{x}.weights_proj", "Linear"),
+        ]
+        if i == 0:
+            out += [(f"{layer}.mlp", "GlmMoeDsaMLP"), *_lins(f"{layer}.mlp", _MLP)]
+        else:
+            out += [
+                (f"{layer}.mlp", "GlmMoeDsaMoE"),
+                *_experts(f"{layer}.mlp.experts"),
+                (f"{layer}.mlp.gate", "GlmMoeDsaTopkRouter"),
+                (f"{layer}.mlp.shared_experts", "GlmMoeDsaMLP"),
+                *_lins(f"{layer}.mlp.shared_experts", _MLP),
+            ]
+        out += [(f"{layer}.{n}", "GlmMoeDsaRMSNorm") for n in _LAYER_NORMS]
+    out += [("model.norm", "GlmMoeDsaRMSNorm"), ("lm_head", "Linear")]
+    return out
+
+
 TREES: dict[str, Spec] = {
     "llama": _llama_like("Llama"),
     "qwen3": _llama_like("Qwen3", qk_norm=True),
@@ -359,6 +455,8 @@ TREES: dict[str, Spec] = {
     "qwen2_vl": _qwen2_vl(),
     "qwen3_next": _qwen3_next(),
     "laguna": _laguna(),
+    "deepseek_v4": _deepseek_v4(),
+    "glm5": _glm5(),
 }
 """Architecture key -> tree. Class names of the transformers modules verified in 5.24.0;
 ``LinearExperts2D``/``ExpertMLPWithGate`` are llm-compressor's; ``mtp.*`` of ``qwen3_next``
@@ -375,6 +473,8 @@ TREE_FOR_ARCHITECTURE: dict[str, str] = {
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3NextForCausalLM": "qwen3_next",
     "LagunaForCausalLM": "laguna",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
+    "GlmMoeDsaForCausalLM": "glm5",
 }
 """``config.json`` ``architectures[0]`` -> the key of the tree that stands for it."""
 
@@ -388,6 +488,7 @@ KV_ATTENTION_CLASSES = frozenset(
         "Qwen2VLAttention",
         "Qwen3NextAttention",
         "LagunaAttention",
+        "GlmMoeDsaAttention",
     }
 )
 """Decoder attention classes, whose ``forward`` takes the KV cache (encoder attention such as

@@ -80,6 +80,15 @@ SYNTHETIC: dict[str, tuple[str, dict[str, Any]]] = {
     "fused-name": ("llama", _ct({"g": _group(["re:.*v_proj$"])})),
     # the last group listing a target wins it
     "last-group-wins": ("llama", _ct({"a": _group(["Linear"]), "b": _group(["Linear"], INT8)})),
+    # DeepSeek-V4: a Linear subclass (o_a_proj) is a Linear, the router and norms are not
+    "v4-class-linear": ("deepseek_v4", _ct({"g": _group(["Linear"])}, ["lm_head"])),
+    # DeepSeek-V4's compressor and indexer under a regex: their Linears only
+    "v4-compressor-regex": ("deepseek_v4", _ct({"g": _group(["re:.*compressor.*"])})),
+    # GLM-5's indexer: wk and weights_proj are Linears to the producer, k_norm a LayerNorm
+    "glm5-indexer-regex": (
+        "glm5",
+        _ct({"g": _group(["re:.*indexer.*"]), "h": _group(["Linear"], INT8)}),
+    ),
 }
 
 
@@ -94,6 +103,10 @@ def _real(path: Path) -> dict[str, Any]:
 REAL: dict[str, tuple[str, Path]] = {
     "kimi-k2.5": ("deepseek_v3", REALWORLD / "aic-kimi-k2.5-nvfp4-named" / "config.json"),
     "laguna": ("laguna", REALWORLD / "aic-poolside-laguna-xs2-fp8" / "config.json"),
+    "redhat-deepseek-v4": (
+        "deepseek_v4",
+        REALWORLD / "aic-redhat-deepseek-v4-flash-nvfp4-fp8" / "config.json",
+    ),
     "ct-mixed": (
         "qwen3",
         REALWORLD / "ct-example-mixed-precision-fp8-nvfp4" / "mixed_precision_config.json",

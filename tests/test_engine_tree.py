@@ -164,3 +164,24 @@ def test_the_kimi_ignore_list_no_longer_refuses_every_router(tmp_path: Path) -> 
     report = audit(str(folder))
     assert report.layer_tree is not None and report.layer_tree.modelled
     assert [r.code for r in report.refusals] == []
+
+
+def test_the_mapper_keeps_the_models_order_and_applies_it_as_vllm_does() -> None:
+    """qwen2_vl.py lists ``model.visual.`` before the catch-all ``model.``; WeightsMapper tries
+    them in that order and applies each that matches, so a vision name becomes ``visual.``."""
+    arch = load_facts("vllm-0.33.0").architectures["Qwen2VLForConditionalGeneration"]
+    assert [old for old, _ in arch.rename.prefix] == [
+        "model.language_model.",
+        "model.visual.",
+        "lm_head.",
+        "model.",
+    ]
+    assert arch.rename.module("model.visual.blocks.0.attn.qkv") == "visual.blocks.0.attn.qkv"
+    assert arch.rename.module("model.layers.0.mlp.down_proj") == (
+        "language_model.model.layers.0.mlp.down_proj"
+    )
+    v4 = load_facts("vllm-0.33.0").architectures["DeepseekV4ForCausalLM"].rename
+    assert v4.module("head") == "lm_head"
+    assert (
+        v4.module("layers.3.ffn.shared_experts.w2") == "model.layers.3.ffn.shared_experts.down_proj"
+    )

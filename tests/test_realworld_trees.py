@@ -56,6 +56,32 @@ def _deepseek(layers: int = 4, dense: int = 1, experts: int = 2) -> Iterator[tup
     yield "lm_head", "linear"
 
 
+def _deepseek_v4(layers: int, experts: int = 2) -> Iterator[tuple[str, str]]:
+    """DeepSeek-V4 as its original checkpoints name it (``layers.N.attn.wq_a``, ``ffn``,
+    ``embed``, ``head``; what vLLM's mapper reads, deepseek_v4/nvidia/model.py): from layer 2
+    on, a compressor and an indexer in the attention (``compress_ratios``); every layer MoE
+    with a router (no ``nn.Linear``), routed experts ``w1``/``w2``/``w3`` and shared experts."""
+    yield "embed", "embedding"
+    for i in range(layers):
+        c = f"layers.{i}"
+        yield from (
+            (f"{c}.attn.{leaf}", "linear") for leaf in ("wq_a", "wkv", "wq_b", "wo_a", "wo_b")
+        )
+        yield from ((f"{c}.attn.{leaf}", "norm") for leaf in ("q_norm", "kv_norm"))
+        if i >= 2:
+            for part in ("attn.compressor", "attn.indexer.compressor"):
+                yield from ((f"{c}.{part}.{leaf}", "linear") for leaf in ("wkv", "wgate"))
+                yield f"{c}.{part}.norm", "norm"
+            yield from ((f"{c}.attn.indexer.{leaf}", "linear") for leaf in ("wq_b", "weights_proj"))
+        yield f"{c}.ffn.gate", "router"
+        for e in range(experts):
+            yield from ((f"{c}.ffn.experts.{e}.{w}", "linear") for w in ("w1", "w2", "w3"))
+        yield from ((f"{c}.ffn.shared_experts.{w}", "linear") for w in ("w1", "w2", "w3"))
+        yield from ((f"{c}.{leaf}", "norm") for leaf in ("attn_norm", "ffn_norm"))
+    yield "norm", "norm"
+    yield "head", "linear"
+
+
 def _qwen3(layers: int = 2, experts: int = 0) -> Iterator[tuple[str, str]]:
     yield "model.embed_tokens", "embedding"
     for i in range(layers):
@@ -93,6 +119,7 @@ DEEPSEEK_V3 = {
     "q_lora_rank": 8,
 }
 GLM5 = {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa"}
+DEEPSEEK_V4 = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}
 
 MODELOPT: dict[str, tuple[str, Any, dict[str, Any]]] = {
     # case: (declaration file, modules, config.json)
@@ -107,6 +134,17 @@ MODELOPT: dict[str, tuple[str, Any, dict[str, Any]]] = {
         DEEPSEEK_V3,
     ),
     "aic-glm5-nvfp4": ("hf_quant_config.json", _deepseek, {**GLM5, "q_lora_rank": 8}),
+    # MIXED_PRECISION keyed by the experts layers of all 43 and 61 layers
+    "aic-deepseek-v4-flash-nvfp4": (
+        "hf_quant_config.json",
+        lambda: _deepseek_v4(43),
+        {**DEEPSEEK_V4, "q_lora_rank": 1024},
+    ),
+    "aic-deepseek-v4-pro-nvfp4": (
+        "hf_quant_config.json",
+        lambda: _deepseek_v4(61),
+        {**DEEPSEEK_V4, "q_lora_rank": 1536},
+    ),
     "aic-qwen3-30b-a3b-nvfp4": (
         "hf_quant_config.json",
         lambda: _qwen3(experts=2),
@@ -196,8 +234,10 @@ COMPRESSED_TENSORS: dict[str, tuple[str, str]] = {
     "llmc-tinyllama-fp8-static-legacy-compression-config": ("fp8-config.json", "llama"),
 }
 # Not here: llmc-example-fakequant-int8 (the `fakequant` format no longer exists in
-# compressed-tensors, so no producer writes it), the DeepSeek-V4 declarations (no transformers
-# tree to build), the sparsity-only checkpoint (tests/test_engines.py) and the header summary.
+# compressed-tensors, so no producer writes it), RedHat's DeepSeek-V4 declaration (its regexes,
+# written in vLLM's names, match nothing on the tree transformers builds, so the library would
+# export it unquantized: tests/test_differential.py), the sparsity-only checkpoint
+# (tests/test_engines.py) and the header summary.
 
 PREFIX = {"aic-kimi-k2.5-nvfp4-named": "language_model."}
 """Kimi-K2.5 ships its text model under ``language_model.`` (its vision tower beside it)."""

@@ -2,7 +2,8 @@
 
 tests/data/vllm-0.33.0-answers.json holds, for each case (a declaration on one of vLLM's layer
 trees: Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 with ``q_lora_rank``, Mixtral, Llava with either
-checkpoint naming, Kimi-K2.5), the answer
+checkpoint naming, Kimi-K2.5, DeepSeek-V4, GLM-5, Laguna, Qwen3.5 and Qwen2-VL's unfused
+layers under transformers 5 names, whose mapper's order decides them), the answer
 vLLM gives every engine layer: compressed-tensors ``should_ignore_layer`` /
 ``find_matched_target`` (ignored, the group of the matched target, none), ModelOpt
 ``is_layer_excluded`` / ``_resolve_quant_algo`` (excluded, the algorithm, none), the error vLLM
@@ -12,15 +13,15 @@ compiled from the release wheel's own source; this test needs no vLLM. For every
 the checkpoint modules each engine layer is loaded from, builds qarm's layer tree
 (``layers.build_tree`` on the release's facts) and resolves, and compares per engine layer.
 
-Agreement (118 cases of 82 declarations, 11 of them from tests/data/realworld): qarm's
-resolution gives vLLM's answer for 2249 of 2298 engine layers (97.9%); on the 1312 layers where
+Agreement (146 cases of 106 declarations, 17 of them from tests/data/realworld): qarm's
+resolution gives vLLM's answer for 3053 of 3088 engine layers (98.9%); on the 1734 layers where
 vLLM's matching functions decide (leaving out norms, routers, vision layers and other layers
-that never reach them) for 1287 (98.1%). Every one of the 49 differences is in ``EXPECTED``
+that never reach them) for 1718 (99.1%). Every one of the 35 differences is in ``EXPECTED``
 with its reason: vision layers vLLM bypasses, which qarm decides at the arm stage (19); vLLM
 loading silently wrong where qarm refuses (a MoE layer decided from one expert, a fused layer
-whose targets miss a shard: 9); an engine-arm rule outside resolution (non-WNA16 embeddings:
-4); the ``regex`` module's syntax (one declaration, 15 layers); and two names written in the
-other naming scheme. Regenerate with
+whose targets miss a shard: 11); an engine-arm rule outside resolution (non-WNA16 embeddings:
+4); and an ignore entry vLLM leaves unmapped (``lm_head``, no dot) where both leave the layer
+unquantized. Regenerate with
 ``python scripts/derive_vllm_answers.py --wheel vllm-0.33.0-...whl`` (``--check`` compares).
 """
 
@@ -67,20 +68,10 @@ EMBEDDING_ARM = (
     "(get_quant_method, compressed_tensors.py line 197): an engine rule, not a resolution; the "
     "vllm profile's layer_errors refuse it as no-arm (tests/test_engines.py)"
 )
-REGEX_MODULE = (
-    "vLLM compiles re: targets with the regex module, which accepts a global flag in mid "
-    "pattern (.*(?i)_PROJ$); qarm compiles them with Python's re, as compressed-tensors (the "
-    "producer) does, and refuses the declaration by name (PatternError) rather than guess"
-)
 UNMAPPED_IGNORE = (
     "vLLM maps only dotted ignore entries through the model's mapper (apply_vllm_mapper), so "
     "'lm_head' does not name its language_model.lm_head and no target matches it either; qarm "
     "matches the checkpoint's own lm_head and says ignored: both leave it unquantized"
-)
-ENGINE_NAMED_EXCLUDE = (
-    "the exclude entry is written in vLLM's own name (language_model.lm_head) for a module "
-    "the transformers 5 checkpoint calls lm_head; vLLM matches it after mapping, qarm matches "
-    "exclude entries against the checkpoint's names (and their language_model aliases) only"
 )
 VISION_ARM = (
     "vLLM's single-algorithm ModelOpt config builds a layer named under vision_tower, "
@@ -105,13 +96,13 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("ct-gate-only@llama", "model.layers.1.mlp.gate_up_proj"): PARTIAL_TARGET,
     ("ct-gate-only@deepseek_v3", "model.layers.0.mlp.gate_up_proj"): PARTIAL_TARGET,
     ("ct-gate-only@deepseek_v3", "model.layers.3.mlp.shared_experts.gate_up_proj"): PARTIAL_TARGET,
+    ("ct-glm5-indexer@glm5", "model.layers.0.self_attn.fused_qkv_a_proj"): PARTIAL_TARGET,
+    ("ct-glm5-indexer@glm5", "model.layers.3.self_attn.fused_qkv_a_proj"): PARTIAL_TARGET,
     ("ct-ignore-class@llava", "language_model.model.embed_tokens"): EMBEDDING_ARM,
     ("rw-llmc-fakequant@llama", "model.embed_tokens"): EMBEDDING_ARM,
     ("rw-llmc-fakequant@llava", "language_model.model.embed_tokens"): EMBEDDING_ARM,
     ("rw-llmc-fakequant@llava_hf", "language_model.model.embed_tokens"): EMBEDDING_ARM,
-    ("ct-regex-inline-flag@llama", EVERY_LAYER): REGEX_MODULE,
     ("ct-new-style-names@llava_hf", "language_model.lm_head"): UNMAPPED_IGNORE,
-    ("mo-vision@llava_hf", "language_model.lm_head"): ENGINE_NAMED_EXCLUDE,
     **{
         (f"{case}@{tree}", layer): VISION_ARM
         for case in ("mo-vision", "mo-language-model-prefix")
@@ -234,7 +225,7 @@ def test_every_expected_difference_still_differs() -> None:
 def test_the_agreement_stated_above_and_in_docs_semantics() -> None:
     layers = [(c, layer) for c in ANSWERS["cases"] for layer in c["answers"]]
     differing = sum(len(_differences(c)) for c in ANSWERS["cases"])
-    assert (len(ANSWERS["cases"]), len(layers), len(layers) - differing) == (118, 2298, 2249)
+    assert (len(ANSWERS["cases"]), len(layers), len(layers) - differing) == (146, 3088, 3053)
 
 
 def test_the_answers_cover_the_trees_and_the_families() -> None:
@@ -248,6 +239,11 @@ def test_the_answers_cover_the_trees_and_the_families() -> None:
         "llava",
         "llava_hf",
         "kimi_k25",
+        "deepseek_v4",
+        "glm5",
+        "laguna",
+        "qwen3_5",
+        "qwen2_vl_hf",
     }
     words = {a[0] for c in ANSWERS["cases"] for a in c["answers"].values()}
     assert words >= {"group", "ignored", "none", "algo", "excluded", "error", "unquantized"}

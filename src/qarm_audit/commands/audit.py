@@ -36,7 +36,7 @@ from ..report.model import (
     Totals,
 )
 from ..report.policy import IgnoreRule, apply_ignores
-from ..resolve.producer import disagreements, producer_view
+from ..resolve.producer import disagreements, producer_cannot_compile, producer_view
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve
 from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
@@ -148,7 +148,10 @@ def _audit(
     resolution = resolve(declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
-    producer = producer_view(declaration, modules)
+    unreadable = producer_cannot_compile(declaration, profile.label)
+    producer = producer_view(declaration, modules) if unreadable is None else None
+    if unreadable is not None:
+        findings.append(unreadable)
     if producer is not None:
         findings.extend(
             disagreements(producer, memberships, modules, "compressed-tensors", profile.label)

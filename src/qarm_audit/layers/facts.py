@@ -8,12 +8,13 @@ release is a regenerate-and-review step. Only facts live here, no engine code.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
-FACTS_FORMAT = "qarm-engine-layers/1"
+FACTS_FORMAT = "qarm-engine-layers/2"
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,65 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class Rename:
+    """The model's ``hf_to_vllm_mapper`` as its quant config and layer names see it
+    (``get_rename_mapper()``: renames only), applied as vLLM's ``WeightsMapper`` applies it:
+    regexes, then substrings, then prefixes, then suffixes, each table in its own order and
+    every entry that applies (``vllm/model_executor/models/utils.py``)."""
+
+    regex: tuple[tuple[re.Pattern[str], str], ...] = ()
+    substr: tuple[tuple[str, str], ...] = ()
+    prefix: tuple[tuple[str, str], ...] = ()
+    suffix: tuple[tuple[str, str], ...] = ()
+    _seen: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """Names already renamed (every expert of a MoE layer asks for its layer's name)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.regex or self.substr or self.prefix or self.suffix)
+
+    def weight(self, key: str) -> str:
+        """A tensor name as vLLM renames it."""
+        for pattern, new in self.regex:
+            if pattern.search(key):
+                key = pattern.sub(new, key)
+        for old, new in self.substr:
+            if old in key:
+                key = key.replace(old, new, 1)
+        for old, new in self.prefix:
+            if key.startswith(old):
+                key = key.replace(old, new, 1)
+        for old, new in self.suffix:
+            if key.endswith(old):
+                key = new.join(key.rsplit(old, 1))
+        return key
+
+    def module(self, name: str) -> str:
+        """The engine's name for a checkpoint module: its ``.weight`` renamed, less the
+        ``.weight`` (DeepSeek-V4's ``head`` is ``lm_head``, by the suffix ``head.weight``)."""
+        seen = self._seen.get(name)
+        if seen is not None:
+            return seen
+        mapped = self.weight(name + ".weight")
+        out = mapped[: -len(".weight")] if mapped.endswith(".weight") else self.weight(name)
+        if len(self._seen) >= 1 << 16:
+            self._seen.clear()  # the facts live for the process: keep the memo bounded
+        self._seen[name] = out
+        return out
+
+
+@dataclass(frozen=True)
 class ArchitectureFacts:
     name: str
     model_file: str
     cite: str
     packings: tuple[Packing, ...]
     has_mapper: bool
-    mapper_prefixes: tuple[tuple[str, str], ...] = ()
+    rename: Rename = Rename()
     layers: dict[str, tuple[LayerFact, ...]] = field(default_factory=dict)
+    load_fused: tuple[Packing, ...] = ()
+    """Layers ``load_weights`` loads from several checkpoint modules that the packed mapping
+    does not name (DeepSeek-V3.2's ``wk_weights_proj``): the quant config never sees the
+    shards."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +109,8 @@ class EngineFacts:
     architectures: dict[str, ArchitectureFacts]
     classes: dict[str, tuple[str, ...]]
     """Layer class -> its base classes, as far as the facts know them."""
+    pattern_module: str = "re"
+    """The module the engine compiles ``re:`` targets with (``regex`` for vLLM)."""
 
     @property
     def label(self) -> str:
@@ -77,14 +131,29 @@ class EngineFacts:
         return False
 
 
-def _prefixes(mapper: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
-    """Checkpoint prefix -> engine prefix, as the quant config sees names (a dropped prefix,
-    mapped to null, is left as it is)."""
+def _table(mapper: dict[str, Any], key: str) -> tuple[tuple[str, str], ...]:
+    """One table's ``[old, new]`` pairs, in the model's own order."""
+    pairs = mapper.get(key) or []
+    return tuple(
+        (k, v)
+        for k, v in (tuple(pair) for pair in pairs)
+        if isinstance(k, str) and isinstance(v, str)
+    )
+
+
+def _rename(mapper: dict[str, Any] | None) -> Rename:
+    """The renames the quant config sees (a dropped name, mapped to null, is left as it is)."""
     if not mapper:
-        return ()
+        return Rename()
     seen = mapper.get("rename_mapper") or mapper
-    table = seen.get("orig_to_new_prefix") or {}
-    return tuple(sorted((k, v) for k, v in table.items() if isinstance(v, str)))
+    return Rename(
+        regex=tuple(
+            (re.compile(k.removeprefix("re:")), v) for k, v in _table(seen, "orig_to_new_regex")
+        ),
+        substr=_table(seen, "orig_to_new_substr"),
+        prefix=_table(seen, "orig_to_new_prefix"),
+        suffix=_table(seen, "orig_to_new_suffix"),
+    )
 
 
 def available() -> list[str]:
@@ -124,7 +193,7 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
                     v["quant_config"],
                     v.get("line", 0),
                     v.get("condition", ""),
-                    tuple(p for p in v.get("paths", ()) if p),
+                    tuple(p for p in (*v.get("paths", ()), *v.get("attr_paths", ())) if p),
                 )
                 for v in (variants if isinstance(variants, list) else [variants])
             )
@@ -136,11 +205,19 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
             cite=item.get("cite") or f"vllm-project/vllm {item['model_file']}@{commit}",
             packings=tuple(packings),
             has_mapper=mapper is not None,
-            mapper_prefixes=_prefixes(mapper),
+            rename=_rename(mapper),
             layers=layers,
+            load_fused=tuple(
+                Packing(
+                    p["fused"].rpartition(".")[2],
+                    tuple(x.rpartition(".")[2] for x in p["shards"]),
+                )
+                for p in item.get("load_fused", [])
+            ),
         )
     classes = {
         name: tuple(info.get("mro") or info.get("bases", ()))
         for name, info in data.get("classes", {}).items()
     }
-    return EngineFacts(data["engine"], data["release"], commit, archs, classes)
+    pattern = (data.get("pattern_module") or {}).get("module", "re")
+    return EngineFacts(data["engine"], data["release"], commit, archs, classes, pattern)

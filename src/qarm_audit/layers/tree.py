@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from ..modules.inventory import ModuleInfo
-from .facts import ArchitectureFacts, EngineFacts, LayerFact
+from .facts import ArchitectureFacts, EngineFacts, LayerFact, Packing, Rename
 from .model_config import ModelConfig
 
 _EXPERT = re.compile(r"^(?P<experts>.*\.experts)\.\d+\.[^.]+$")
@@ -36,6 +36,17 @@ class LayerTree:
     """The model class maps checkpoint names (``hf_to_vllm_mapper``): vLLM then also splits
     ModelOpt ``X*`` excludes into ``X`` and ``X.*``."""
     note: str = ""
+    rename: Rename | None = None
+    """The model's renames, where it has any: what the engine calls a checkpoint layer."""
+    pattern_module: str = "re"
+    """The module the engine compiles ``re:`` targets with (``regex``: vLLM), whether or not
+    the architecture is modelled."""
+
+    def engine_path(self, name: str) -> str:
+        """The engine's own name for a checkpoint layer (``model.language_model.layers.0...``
+        is ``language_model.model.layers.0...`` in vLLM's Qwen3.5), which the engine matches
+        ``re:`` targets and its own mapped entries against."""
+        return self.rename.module(name) if self.rename else name
 
 
 def build_tree(
@@ -51,6 +62,7 @@ def build_tree(
             GENERIC,
             False,
             has_mapper=True,
+            pattern_module=facts.pattern_module,
             note=f"{config.architecture} is not modelled for {facts.label}: generic layer rules "
             "were used (q/k/v and gate/up fused, every 2-D weight a Linear with the quant config)"
             if config.architecture
@@ -58,7 +70,13 @@ def build_tree(
         )
     _modelled(modules, config, arch, facts)
     return LayerTree(
-        config.architecture, facts.label, True, cite=arch.cite, has_mapper=arch.has_mapper
+        config.architecture,
+        facts.label,
+        True,
+        cite=arch.cite,
+        has_mapper=arch.has_mapper,
+        rename=arch.rename or None,
+        pattern_module=facts.pattern_module,
     )
 
 
@@ -105,14 +123,18 @@ def _modelled(
     arch: ArchitectureFacts,
     facts: EngineFacts,
 ) -> None:
-    shard_to_fused: dict[str, str] = {}
+    shard_to_fused: dict[str, list[str]] = {}
     fused_shards: dict[str, tuple[str, ...]] = {}
-    for packing in arch.packings:
+    for packing in (*arch.packings, *_unquantized_loads(arch)):
         if packing.config and config.get(packing.config) is None:
+            continue
+        if packing.fused in fused_shards:
             continue
         fused_shards[packing.fused] = packing.shards
         for shard in packing.shards:
-            shard_to_fused.setdefault(shard, packing.fused)
+            # a shard may belong to several fused layers (DeepSeek-V4's wkv: fused_wqa_wkv in
+            # the attention, fused_wkv_wgate in its compressor): the one whose shards are there
+            shard_to_fused.setdefault(shard, []).append(packing.fused)
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
     for info in modules.values():
         info.engine_name, info.fused_shards = info.name, ()
@@ -125,10 +147,9 @@ def _modelled(
         if info.engine_name.endswith(".experts") and info.engine_name != info.name:
             leaf_for_class = "experts"
         else:
-            leaf_for_class = leaf
-            fused = shard_to_fused.get(leaf)
-            if fused is not None:
-                prefix = f"{parent}." if parent else ""
+            leaf_for_class = ""
+            prefix = f"{parent}." if parent else ""
+            for fused in shard_to_fused.get(leaf, ()):
                 present = tuple(
                     f"{prefix}{s}" for s in fused_shards[fused] if f"{prefix}{s}" in modules
                 )
@@ -136,8 +157,11 @@ def _modelled(
                     info.engine_name = f"{prefix}{fused}"
                     info.fused_shards = present
                     leaf_for_class = fused
+                    break
         router = info.name in routers
-        engine_path = _engine_path(info.engine_name, arch)
+        engine_path = arch.rename.module(info.engine_name) if arch.rename else info.engine_name
+        # the engine's own leaf (DeepSeek-V4's shared_experts.w2 is down_proj, head lm_head)
+        leaf_for_class = leaf_for_class or engine_path.rpartition(".")[2]
         shape = _shape_path(engine_path)
         key = (leaf_for_class, info.kind, bool(info.fused_shards), router, shape)
         decided = kinds.get(key)
@@ -146,12 +170,15 @@ def _modelled(
         info.layer_kind, info.layer_class, info.quant_config = decided
 
 
-def _engine_path(name: str, arch: ArchitectureFacts) -> str:
-    """The name the engine gives a layer: the model's prefix mapper applied."""
-    for old, new in arch.mapper_prefixes:
-        if name.startswith(old):
-            return new + name[len(old) :]
-    return name
+def _unquantized_loads(arch: ArchitectureFacts) -> tuple[Packing, ...]:
+    """The layers ``load_weights`` fuses that the packed mapping does not name, where the
+    model builds them without a quant config: whatever the declaration says of their shards,
+    they take no quant method (DeepSeek-V3.2 and GLM-5's indexer ``wk_weights_proj``)."""
+    return tuple(
+        p
+        for p in arch.load_fused
+        if arch.layers.get(p.fused) and all(v.quant_config == "none" for v in arch.layers[p.fused])
+    )
 
 
 _INDEX = re.compile(r"\.\d+(?=\.|$)")

@@ -12,6 +12,7 @@ will do another: :func:`disagreements` names both answers. docs/semantics.md giv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ..declarations import CompressedTensorsRules, Declaration
@@ -45,6 +46,31 @@ def producer_classes(info: ModuleInfo) -> tuple[str, ...]:
     if kind == "conv":
         return ("Conv2d", "Module")
     return ("Module",)
+
+
+def producer_cannot_compile(declaration: Declaration, engine_label: str) -> Finding | None:
+    """A ``re:`` entry compressed-tensors cannot compile, where the engine can: the producer's
+    ``apply_quantization_config`` matches with Python's ``re`` and raises on it, so no
+    producer view exists; vLLM compiles it with the ``regex`` module (a flag group in mid
+    pattern, ``.*(?i)_PROJ$``)."""
+    rules = declaration.compressed_tensors
+    if rules is None:
+        return None
+    for entry in (*rules.targets, *rules.ignore):
+        if not entry.startswith("re:"):
+            continue
+        try:
+            re.compile(entry[3:])
+        except re.error as exc:
+            return finding(
+                "producer-engine-disagree",
+                f"compressed-tensors cannot compile {entry!r} ({exc}): its "
+                "apply_quantization_config raises on it, so it cannot have applied this "
+                f"declaration as written; {engine_label} compiles it with the regex module, "
+                "where a flag group applies from where it stands to the end of its group, "
+                "and resolves every module by that reading",
+            )
+    return None
 
 
 def producer_view(

@@ -9,7 +9,7 @@ whole-name wildcard), MIXED_PRECISION lookup strategies in a fixed order, compre
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
@@ -18,6 +18,7 @@ from ..findings import Finding, finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
 from .matchers import FirstMatch, SubstringSet, WildcardSet
+from .regex_module import regex_module_form
 
 
 class Membership(NamedTuple):
@@ -104,9 +105,9 @@ def resolve(
     """``tree`` is the layer tree the modules were annotated with (None: the generic one)."""
     split_star = tree is None or tree.has_mapper
     if declaration.modelopt is not None:
-        return _ModelOpt(declaration.modelopt, modules, split_star).run()
+        return _ModelOpt(declaration.modelopt, modules, split_star, tree).run()
     if declaration.compressed_tensors is not None:
-        return _CompressedTensors(declaration.compressed_tensors, modules).run()
+        return _CompressedTensors(declaration.compressed_tensors, modules, tree).run()
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 
@@ -195,10 +196,17 @@ class _Excludes:
 
 class _ModelOpt:
     def __init__(
-        self, rules: ModelOptRules, modules: Mapping[str, ModuleInfo], split_star: bool = True
+        self,
+        rules: ModelOptRules,
+        modules: Mapping[str, ModuleInfo],
+        split_star: bool = True,
+        tree: LayerTree | None = None,
     ) -> None:
         self.rules = rules
         self.modules = modules
+        self.path = tree.engine_path if tree is not None and tree.rename else None
+        """The engine's name for a checkpoint layer: an exclude written in the engine's own
+        naming (``language_model.lm_head`` for a checkpoint's ``lm_head``) names it there."""
         self.excludes = _Excludes(rules.excludes, split_star)
         self.layers = rules.layers
         self.out = Resolution()
@@ -257,8 +265,18 @@ class _ModelOpt:
         if not self.rules.excludes:
             return None
         hit = self.excludes.check(engine_name, ())
+        engine = self.path(engine_name) if self.path else engine_name
+        if (hit is None or hit[0] == "substring") and engine != engine_name:
+            # vLLM tests its own layer name, against entries mapped as the names are: an entry
+            # in either naming names the layer
+            hit = self.excludes.check(engine, ()) or hit
         if hit is None and _is_fused(members):
-            listed = [m for m in members if m.name in self.excludes.exact]
+            exact = self.excludes.exact
+            listed = [
+                m
+                for m in members
+                if m.name in exact or (self.path is not None and self.path(m.name) in exact)
+            ]
             if listed and len(listed) == len(members):
                 hit = ("exact", listed[0].name)
             elif listed:
@@ -383,18 +401,30 @@ class _ModelOpt:
 
 
 class _CompressedTensors:
-    def __init__(self, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo]) -> None:
+    def __init__(
+        self,
+        rules: CompressedTensorsRules,
+        modules: Mapping[str, ModuleInfo],
+        tree: LayerTree | None = None,
+    ) -> None:
         self.rules = rules
         self.modules = modules
         self.out = Resolution()
+        self.path = tree.engine_path if tree is not None and tree.rename else None
+        """The engine's name for a checkpoint layer: vLLM tests ``re:`` entries on its own
+        layer names, and exact entries after mapping them the same way."""
+        # vLLM compiles re: entries with the regex module: read them as it does
+        form: Callable[[str], str] = str
+        if tree is not None and tree.pattern_module == "regex":
+            form = regex_module_form
         ignore_names = [i for i in rules.ignore if not i.startswith("re:")]
         self.ignore_exact = set(ignore_names)
         self.ignore_regex_src = [i[3:] for i in rules.ignore if i.startswith("re:")]
-        self.ignore_regex = FirstMatch(self.ignore_regex_src, "ignore")
+        self.ignore_regex = FirstMatch([form(p) for p in self.ignore_regex_src], "ignore")
         targets = list(rules.targets)
         self.target_exact = {t: i for i, t in enumerate(targets) if not t.startswith("re:")}
         self.regex_targets = [(i, t) for i, t in enumerate(targets) if t.startswith("re:")]
-        self.target_regex = FirstMatch([t[3:] for _, t in self.regex_targets], "targets")
+        self.target_regex = FirstMatch([form(t[3:]) for _, t in self.regex_targets], "targets")
         self.targets = targets
 
     def run(self) -> Resolution:
@@ -476,9 +506,10 @@ class _CompressedTensors:
         return None
 
     def _ignored(self, name: str) -> Membership | None:
-        if name in self.ignore_exact:
-            return Membership(EXCLUDED, "exact", name)
-        i = self.ignore_regex.first(name)
+        engine = self.path(name) if self.path else name
+        if name in self.ignore_exact or engine in self.ignore_exact:
+            return Membership(EXCLUDED, "exact", name if name in self.ignore_exact else engine)
+        i = self.ignore_regex.first(engine)
         if i is not None:
             return Membership(EXCLUDED, "regex", "re:" + self.ignore_regex_src[i])
         return None
@@ -486,9 +517,11 @@ class _CompressedTensors:
     def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
         """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
         best: tuple[int, str] | None = None
-        if name in self.target_exact:
-            best = (self.target_exact[name], "exact")
-        j = self.target_regex.first(name)
+        engine = self.path(name) if self.path else name
+        exact = self.target_exact.get(name, self.target_exact.get(engine))
+        if exact is not None:
+            best = (exact, "exact")
+        j = self.target_regex.first(engine)
         if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
             best = (self.regex_targets[j][0], "regex")
         if best is None:
@@ -498,9 +531,11 @@ class _CompressedTensors:
 
     def _target(self, info: ModuleInfo) -> Membership:
         best: tuple[int, str] | None = None
-        if info.name in self.target_exact:
-            best = (self.target_exact[info.name], "exact")
-        j = self.target_regex.first(info.name)
+        engine = self.path(info.name) if self.path else info.name
+        exact = self.target_exact.get(info.name, self.target_exact.get(engine))
+        if exact is not None:
+            best = (exact, "exact")
+        j = self.target_regex.first(engine)
         if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
             best = (self.regex_targets[j][0], "regex")
         if best is None:
