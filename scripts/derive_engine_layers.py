@@ -79,8 +79,24 @@ keys, indent 2, trailing newline)
     them), ``path`` (the prefix), ``architectures`` (null when taken from the inner hf
     config at run time: then the inner layers are unknown), ``hf_config`` (expression or
     null), ``condition``, ``model_class``, ``model_file``, ``supports_quant``,
-    ``packed_modules_mapping``, ``packed_when``, ``mapper``, ``file``, ``line``. Their
+    ``packed_modules_mapping`` (and ``packed_modules_mapping_at`` where a class defines
+    it), ``packed_when``, ``mapper``, ``file``, ``line``. Their
     layers are in ``layers``.
+    ``quant_packed``: the ``packed_modules_mapping`` the quant config holds while each part of
+    the model is built, in build order: first the model class's own (``path`` ``""``), then
+    one per nested model that tells the quant config (``path`` its prefix). ``how``:
+    ``replaced`` (``configure_quant_config``: a class that is not ``SupportsQuant`` and has
+    the attribute, even ``{}``, gives the config its own dict, so the entries its ``__init__``
+    adds reach the config by reference), ``updated`` (``SupportsQuant.__new__`` copies a
+    non-empty class mapping in before ``__init__``: what ``__init__`` adds never reaches it),
+    ``kept`` (neither) or ``unknown`` (the inner model is chosen from the config at run time:
+    the mapping before it stands); ``by`` the class, ``rule`` ``{"function", "file", "line"}``
+    of the vLLM function that applies it, ``file``/``line`` where the model is built,
+    ``packed_modules_mapping`` the entries then held and ``packed_when`` the conditional
+    entries (``packed_when``'s format) that reach the config. A layer under a nested
+    model's path is decided with its scope (the longest path that holds it), every other
+    layer with the model class's; the script refuses a release where a layer of the model
+    class that takes a quant config is built after a nested model changed the mapping.
     ``layers.<leaf>``: a list of variants, one per distinct way a layer whose prefix ends in
     ``<leaf>`` is built: ``class`` (a key of ``classes``), ``quant_config`` (``passed``: the
     model's quant config reaches the layer; ``none``: it is built with None, by an explicit
@@ -1338,6 +1354,7 @@ class Interpreter:
                     "line": node.lineno,
                     "condition": frame.conds,
                     "info": info,
+                    "at": len(self.records),
                 }
             )
         self.in_nested_call = False
@@ -1465,6 +1482,7 @@ class Interpreter:
             "file": frame.module.rel,
             "line": node.lineno,
             "condition": frame.conds,
+            "at": len(self.records),
         }
         self.nested.append(entry)
         if not archs:
@@ -1948,6 +1966,7 @@ def arch_json(world: World, arch: str, resolved: dict[str, Any], commit: str) ->
         "layers": layers_json(interp.records),
         "load_fused": load_fused_json(world, info, interp.records),
         "nested_models": nested_json(world, interp),
+        "quant_packed": quant_packed_json(world, info, interp),
     }
     if packed_at is not None:
         entry["packed_modules_mapping_at"] = packed_at
@@ -2004,24 +2023,131 @@ def load_fused_json(world: World, info: ClassInfo, records: list[Record]) -> lis
 def nested_json(world: World, interp: Interpreter) -> list[dict[str, Any]]:
     out = []
     for item in interp.nested:
-        entry = {k: v for k, v in item.items() if k not in ("info", "condition")}
+        entry = {k: v for k, v in item.items() if k not in ("info", "condition", "at")}
         entry["condition"] = " and ".join(item["condition"])
         info = item.get("info")
         if info is not None:
-            packed, _ = packed_json(world, info)
+            packed, packed_at = packed_json(world, info)
             entry["model_class"] = info.name
             entry["model_file"] = info.module.rel
             entry["supports_quant"] = supports_quant(world, info)
             entry["packed_modules_mapping"] = packed
+            if packed_at is not None:
+                entry["packed_modules_mapping_at"] = packed_at
             entry["mapper"] = mapper_json(world, info)
-            objs = {
-                id(p["frame"].obj): p["frame"].obj
-                for p in interp.packed_when
-                if p["frame"].obj is not None and p["frame"].obj.cls is info
-            }
-            entry["packed_when"] = [w for o in objs.values() for w in packed_when_json(interp, o)]
+            entry["packed_when"] = class_packed_when(interp, info)
         out.append(entry)
     return sorted(out, key=lambda e: (e["path"], e["line"]))
+
+
+def class_packed_when(interp: Interpreter, info: ClassInfo) -> list[dict[str, Any]]:
+    """The entries ``__init__`` of ``info`` adds to ``self.packed_modules_mapping``."""
+    objs = {
+        id(p["frame"].obj): p["frame"].obj
+        for p in interp.packed_when
+        if p["frame"].obj is not None and p["frame"].obj.cls is info
+    }
+    return [w for o in objs.values() for w in packed_when_json(interp, o)]
+
+
+LOADER_MODULE = "vllm.model_executor.model_loader.utils"
+INTERFACES_MODULE = "vllm.model_executor.models.interfaces"
+
+
+def rule_at(world: World, dotted: str, qualname: str) -> dict[str, Any]:
+    """Where a function of the release is (``SupportsQuant._maybe_apply_model_mapping``)."""
+    module = world.module(dotted)
+    body: Sequence[ast.stmt] = module.tree.body if module is not None else []
+    node: ast.stmt | None = None
+    for part in qualname.split("."):
+        node = next(
+            (n for n in body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == part),
+            None,
+        )
+        if node is None:
+            raise DeriveError(f"{qualname} not in {dotted}: review how the quant config is told")
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    assert module is not None and node is not None
+    return {"function": qualname, "file": module.rel, "line": node.lineno}
+
+
+def quant_packed_json(world: World, info: ClassInfo, interp: Interpreter) -> list[dict[str, Any]]:
+    """The ``packed_modules_mapping`` the quant config holds while each part of the model is
+    built, in build order: the model class, then every nested model. A quant config starts
+    with an empty mapping (``QuantizationConfig.__init__``); ``configure_quant_config``
+    (``initialize_model``, for the model class and every ``init_vllm_registered_model``)
+    *replaces* it with a class's own dict when the class is not ``SupportsQuant`` and has the
+    attribute at all (even ``{}``: Qwen2-VL's, from ``SupportsLoRA``), so that the entries the
+    class's ``__init__`` then adds reach the config by reference (DeepSeek's
+    ``fused_qkv_a_proj``); ``SupportsQuant.__new__`` *updates* it with a copy of a non-empty
+    class mapping before ``__init__`` runs, so the entries ``__init__`` adds never reach it.
+    An inner model chosen from the config at run time (Llava's ``text_config``) leaves the
+    mapping ``unknown``: the one before it stands."""
+    replace = rule_at(world, LOADER_MODULE, "configure_quant_config")
+    update = rule_at(world, INTERFACES_MODULE, "SupportsQuant._maybe_apply_model_mapping")
+    state: dict[str, list[str]] = {}
+    when: list[dict[str, Any]] = []
+
+    def tell(cls: ClassInfo) -> tuple[str, dict[str, Any] | None]:
+        nonlocal state, when
+        packed, at = packed_json(world, cls)
+        if supports_quant(world, cls):
+            if not packed:
+                return "kept", update
+            state = {**state, **packed}
+            when = [w for w in when if w["fused"] not in packed]
+            return "updated", update
+        if at is None:
+            return "kept", replace
+        state, when = dict(packed), class_packed_when(interp, cls)
+        return "replaced", replace
+
+    def scope(
+        path: str, how: str, by: str, rule: dict[str, Any] | None, at: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "path": path,
+            "how": how,
+            "by": by,
+            "rule": rule,
+            **at,
+            "packed_modules_mapping": dict(sorted(state.items())),
+            "packed_when": sorted(when, key=lambda e: (e["fused"], e["line"])),
+        }
+
+    how, rule = tell(info)
+    out = [scope("", how, info.name, rule, {"file": info.module.rel, "line": info.node.lineno})]
+    changed_at = len(interp.records)
+    for item in interp.nested:
+        inner = item.get("info")
+        at = {"file": item["file"], "line": item["line"]}
+        before = (dict(state), list(when))
+        if inner is None:
+            how, rule, by = "unknown", None, ""
+        elif item["built_by"] == "constructor" and not supports_quant(world, inner):
+            continue
+        else:
+            how, rule = tell(inner)
+            by = inner.name
+        if (state, when) != before:
+            changed_at = min(changed_at, item["at"])
+        out.append(scope(item["path"], how, by, rule, at))
+    # the model class's own layers are read with its scope: none may be built after a nested
+    # model has changed the mapping (the modelled releases build their towers first)
+    paths = [item["path"] for item in interp.nested]
+    for record in interp.records[changed_at:]:
+        path = record.path if record.prefix_passed else record.attr_path or ""
+        if (
+            record.quant != "none"
+            and path
+            and not path.startswith("?")
+            and not any(path == p or path.startswith(p + ".") for p in paths)
+        ):
+            raise DeriveError(
+                f"{info.name}: {path} is built after a nested model changed the packed "
+                "mapping: review which mapping the quant config holds for it"
+            )
+    return out
 
 
 def supports_quant(world: World, info: ClassInfo) -> bool:

@@ -16,7 +16,14 @@ The trees: layer names, classes and whether a layer is built with the quant conf
 ``src/qarm_audit/layers/facts/vllm-0.33.0.json`` (derived from the same release by
 ``scripts/derive_engine_layers.py``); which layers each architecture builds follows its model
 file, cited per tree. The dispatch on the layer's class (which config method a layer reaches)
-follows each config's ``get_quant_method``, cited beside it.
+follows each config's ``get_quant_method``, cited beside it. The packed mapping each layer is
+decided with is the one the quant config holds when the layer is built: the release's own
+``configure_quant_config`` and ``SupportsQuant._maybe_apply_model_mapping`` are run on stand-in
+model classes (named, based and given their packed mapping and renames as the facts say) in
+the order the model builds them (the facts' ``quant_packed`` order: the model class, then each
+nested model), each followed by the entries its ``__init__`` adds to
+``self.packed_modules_mapping``; replacing, updating and sharing a dict by reference are
+vLLM's code's, not a reading of it.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ FACTS = ROOT / "src" / "qarm_audit" / "layers" / "facts" / "vllm-0.33.0.json"
 REALWORLD = ROOT / "tests" / "data" / "realworld"
 OUT = ROOT / "tests" / "data" / "vllm-0.33.0-answers.json"
 RELEASE = "0.33.0"
-FORMAT = "qarm-vllm-answers/1"
+FORMAT = "qarm-vllm-answers/2"
 
 Q = "vllm/model_executor/layers/quantization/"
 CT_UTILS = Q + "compressed_tensors/utils.py"
@@ -50,6 +57,7 @@ QUANT_UTILS = Q + "utils/quant_utils.py"
 MODELOPT = Q + "modelopt.py"
 MODEL_UTILS = "vllm/model_executor/models/utils.py"
 LOADER = "vllm/model_executor/model_loader/utils.py"
+INTERFACES = "vllm/model_executor/models/interfaces.py"
 
 # (file, qualified name): the functions compiled and run, exactly as the release has them.
 FUNCTIONS: list[tuple[str, str]] = [
@@ -70,6 +78,9 @@ FUNCTIONS: list[tuple[str, str]] = [
     (MODELOPT, "ModelOptMixedPrecisionConfig._quantized_layer_prefix_candidates"),
     (MODELOPT, "ModelOptMixedPrecisionConfig.apply_vllm_mapper"),
     (MODEL_UTILS, "WeightsMapper"),
+    # how the quant config learns each model's mapper and packed mapping as the model is built
+    (LOADER, "configure_quant_config"),
+    (INTERFACES, "SupportsQuant._maybe_apply_model_mapping"),
 ]
 CONSTANTS: list[tuple[str, str]] = [(MODELOPT, "LINEAR_ALGOS"), (MODELOPT, "_BLOCK_FP8_MOE_ALGOS")]
 # Where the driver below follows the release (not compiled: they import torch-bound classes).
@@ -80,7 +91,9 @@ FOLLOWED: list[tuple[str, str]] = [
     (MODELOPT, "ModelOptQuantConfigBase.get_quant_method"),
     (MODELOPT, "ModelOptQuantConfigBase.from_config"),
     (MODELOPT, "ModelOptMixedPrecisionConfig.get_quant_method"),
-    (LOADER, "configure_quant_config"),
+    (LOADER, "initialize_model"),
+    (MODEL_UTILS, "init_vllm_registered_model"),
+    (INTERFACES, "SupportsQuant.__new__"),
 ]
 
 
@@ -198,6 +211,9 @@ def _namespace(re_module: types.ModuleType) -> dict[str, Any]:
             "field": dataclasses.field,
             "replace": dataclasses.replace,
             "logger": _Logger(),
+            # what configure_quant_config tests with issubclass: the stand-in model classes
+            # below derive from it where the facts say the class is SupportsQuant
+            "SupportsQuant": type("SupportsQuant", (), {"hf_to_vllm_mapper": None}),
             # compressed-tensors' enum, as far as _is_wNa16_group_channel reads it
             "QuantizationStrategy": types.SimpleNamespace(
                 CHANNEL=types.SimpleNamespace(value="channel"),
@@ -552,11 +568,15 @@ def _qwen3_5() -> list[Any]:
 
 
 def _qwen2_vl_hf() -> list[Any]:
-    """Qwen2-VL's layers that no packed mapping fuses, named as a transformers 5 checkpoint
-    names them (``model.visual.``, ``model.language_model.``, ``lm_head``). Its mapper's
-    prefixes apply one after another in the order qwen2_vl.py writes them: ``model.visual.``
-    becomes ``visual.`` before the catch-all ``model.`` (``language_model.model.``) is tried,
-    so the order decides every vision name."""
+    """Qwen2-VL named as a transformers 5 checkpoint names it (``model.visual.``,
+    ``model.language_model.``, ``lm_head``). Its mapper's prefixes apply one after another in
+    the order qwen2_vl.py writes them: ``model.visual.`` becomes ``visual.`` before the
+    catch-all ``model.`` (``language_model.model.``) is tried, so the order decides every
+    vision name. The model class's own packed mapping is empty (``SupportsLoRA``'s), so the
+    vision tower is decided with none; its language model, ``Qwen2ForCausalLM`` built by
+    ``init_vllm_registered_model``, is ``SupportsQuant`` and adds its ``qkv_proj`` and
+    ``gate_up_proj`` to the quant config before its layers are built, so they are decided as
+    fused layers of their shards."""
     v, lm = "model.visual", "model.language_model"
     out: list[Any] = [("visual.patch_embed.proj", [f"{v}.patch_embed.proj"], "conv")]
     b = "blocks.0"
@@ -565,6 +585,15 @@ def _qwen2_vl_hf() -> list[Any]:
         for x in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
     ]
     out += [(f"visual.merger.mlp.{j}", [f"{v}.merger.mlp.{j}"], "linear") for j in (0, 2)]
+    p, c = "language_model.model.layers.0", f"{lm}.layers.0"
+    out += [
+        (
+            f"{p}.self_attn.qkv_proj",
+            [f"{c}.self_attn.{x}" for x in ("q_proj", "k_proj", "v_proj")],
+            "linear",
+        ),
+        (f"{p}.mlp.gate_up_proj", [f"{c}.mlp.gate_proj", f"{c}.mlp.up_proj"], "linear"),
+    ]
     out += [
         (f"language_model.model.layers.0.{x}", [f"{lm}.layers.0.{x}"], "linear")
         for x in ("self_attn.o_proj", "mlp.down_proj")
@@ -659,24 +688,98 @@ def _leaf_fact(facts: dict[str, Any], arch: str, nested: str, prefix: str) -> di
     raise SystemExit(f"no layer fact for {prefix} in {arch}")
 
 
-def _packed(facts: dict[str, Any], arch: str, config: dict[str, Any]) -> dict[str, list[str]]:
+def _step(item: dict[str, Any], path: str, built_by: str, config: dict[str, Any]) -> Any:
+    """One model class as the load sequence meets it: the class facts (its own packed mapping,
+    null where no class defines one; its renames; whether it is ``SupportsQuant``) and the
+    entries its ``__init__`` adds to ``self.packed_modules_mapping`` under this config."""
+    adds = [
+        [p["fused"], list(p["shards"])]
+        for p in item.get("packed_when", [])
+        if p.get("tests")
+        and all(
+            t["test"] == "is not None" and config.get(t["config"]) is not None for t in p["tests"]
+        )
+    ]
+    mapper = item.get("mapper")
+    return {
+        "path": path,
+        "class": item["model_class"],
+        "built_by": built_by,
+        "supports_quant": bool(item.get("supports_quant")),
+        "packed_modules_mapping": item["packed_modules_mapping"]
+        if item.get("packed_modules_mapping_at")
+        else None,
+        "init_adds": adds,
+        "rename_mapper": mapper.get("rename_mapper", {}) if mapper else None,
+    }
+
+
+def _load_plan(facts: dict[str, Any], arch: str, nested: str, config: dict[str, Any]) -> Any:
+    """The model classes that tell the quant config their mappings, in the order vLLM builds
+    them (the facts' ``quant_packed`` order): the model class through ``initialize_model``,
+    then each nested model (``init_vllm_registered_model`` runs ``initialize_model`` again; a
+    ``SupportsQuant`` class built directly only its ``__new__``). An inner model chosen from
+    the config at run time is the tree's nested architecture."""
     item = facts["architectures"][arch]
-    packed = {k: list(v) for k, v in item["packed_modules_mapping"].items()}
-    for p in item.get("packed_when", []):
-        tests = p.get("tests", [])
-        if tests and all(
-            t["test"] == "is not None" and config.get(t["config"]) is not None for t in tests
-        ):
-            packed[p["fused"]] = list(p["shards"])
-    return packed
+    plan = [_step(item, "", "initialize_model", config)]
+    for scope in item.get("quant_packed", [])[1:]:
+        inner = next(
+            n
+            for n in item.get("nested_models", [])
+            if (n["path"], n["file"], n["line"]) == (scope["path"], scope["file"], scope["line"])
+        )
+        if "model_class" not in inner:
+            inner = {**facts["architectures"][nested], "built_by": inner["built_by"]}
+        built_by = "constructor" if inner["built_by"] == "constructor" else "initialize_model"
+        plan.append(_step(inner, scope["path"], built_by, config))
+    return plan
 
 
-def build_trees(facts: dict[str, Any]) -> dict[str, Any]:
+def load(ns: dict[str, Any], tree: dict[str, Any], qc: Any) -> dict[str, dict[str, list[str]]]:
+    """Build the tree's model classes as stand-ins and tell ``qc`` about each as vLLM does,
+    with the release's own ``configure_quant_config`` (``initialize_model``) and
+    ``SupportsQuant._maybe_apply_model_mapping`` (``SupportsQuant.__new__``), then the entries
+    each ``__init__`` adds to ``self.packed_modules_mapping``. Returns the mapping ``qc``
+    holds after each step, by the step's path: what the layers built there are decided
+    with. Replacing, updating and sharing a class's dict by reference are vLLM's code's."""
+    configure = ns["configure_quant_config"]
+    tell = ns["SupportsQuant___maybe_apply_model_mapping"]
+    supports_quant = ns["SupportsQuant"]
+    scopes: dict[str, dict[str, list[str]]] = {}
+    for step in tree["load"]:
+        attrs: dict[str, Any] = {}
+        if step["packed_modules_mapping"] is not None:
+            attrs["packed_modules_mapping"] = {
+                k: list(v) for k, v in step["packed_modules_mapping"].items()
+            }
+        if step["rename_mapper"] is not None:
+            attrs["hf_to_vllm_mapper"] = _weights_mapper(ns, step["rename_mapper"])
+        bases = (supports_quant,) if step["supports_quant"] else ()
+        cls = type(step["class"], bases, attrs)
+        if step["built_by"] == "initialize_model":
+            configure(qc, cls)
+        model = cls()
+        if step["supports_quant"]:
+            model.quant_config = qc  # SupportsQuant.__new__ finds it in the vllm_config
+            tell(model)
+        for fused, shards in step["init_adds"]:
+            model.packed_modules_mapping[fused] = list(shards)
+        scopes[step["path"]] = {k: list(v) for k, v in qc.packed_modules_mapping.items()}
+    return scopes
+
+
+def packed_for(scopes: dict[str, dict[str, list[str]]], name: str) -> dict[str, list[str]]:
+    """The mapping the quant config held when the layer ``name`` was built: its nested
+    model's (the longest path holding it), else the model class's."""
+    held = [p for p in scopes if p and (name == p or name.startswith(p + "."))]
+    return scopes[max(held, key=len)] if held else scopes[""]
+
+
+def build_trees(ns: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     commit = facts["commit"]
     out: dict[str, Any] = {}
     for name, (arch, config, nested, layers) in TREES.items():
         item = facts["architectures"][arch]
-        mapper = item.get("mapper")
         rows = []
         for prefix, modules, kind in layers:
             fact = _leaf_fact(facts, arch, nested, prefix)
@@ -692,14 +795,16 @@ def build_trees(facts: dict[str, Any]) -> dict[str, Any]:
                     else item["cite"],
                 }
             )
-        out[name] = {
+        tree: dict[str, Any] = {
             "architecture": arch,
             "config": config,
             "cite": item["cite"],
-            "packed_modules_mapping": _packed(facts, arch, config),
-            "rename_mapper": (mapper or {}).get("rename_mapper", {}) if mapper else None,
+            "load": _load_plan(facts, arch, nested, config),
             "layers": rows,
         }
+        blank = types.SimpleNamespace(packed_modules_mapping={}, apply_vllm_mapper=lambda m: None)
+        tree["packed_modules_mapping"] = load(ns, tree, blank)
+        out[name] = tree
     return out
 
 
@@ -721,10 +826,8 @@ def _stand_in(cls: str) -> object:
     return type(cls, (), {})()
 
 
-def _mapper(ns: dict[str, Any], tree: dict[str, Any]) -> Any:
-    rename = tree["rename_mapper"]
-    if rename is None:
-        return None
+def _weights_mapper(ns: dict[str, Any], rename: dict[str, Any]) -> Any:
+    """The model's ``hf_to_vllm_mapper`` as vLLM's ``WeightsMapper``, from its renames."""
     # the facts keep each table as [old, new] pairs in the model's order; a dict keeps it
     fields = {
         k: dict(v) if isinstance(v, list) and k != "orig_to_new_renaming" else v
@@ -736,7 +839,7 @@ def _mapper(ns: dict[str, Any], tree: dict[str, Any]) -> Any:
             ns["re"].compile(k.removeprefix("re:")): v
             for k, v in fields["orig_to_new_regex"].items()
         }
-    return ns["WeightsMapper"](**fields).get_rename_mapper()
+    return ns["WeightsMapper"](**fields)
 
 
 def _error(e: Exception) -> list[str]:
@@ -768,14 +871,12 @@ def ct_answers(
         target_scheme_map=target_scheme_map,
         quant_format=block.get("format"),
         kv_cache_scheme=None,
-        packed_modules_mapping=tree["packed_modules_mapping"],
+        packed_modules_mapping={},
     )
-    mapper = _mapper(ns, tree)
-    if mapper is not None:
-        ns["CompressedTensorsConfig__apply_vllm_mapper"](self, mapper)
+    self.apply_vllm_mapper = lambda m: ns["CompressedTensorsConfig__apply_vllm_mapper"](self, m)
+    scopes = load(ns, tree, self)
     scheme_dict = ns["CompressedTensorsConfig__get_scheme_dict"]
     ignored = ns["should_ignore_layer"]
-    packed = self.packed_modules_mapping
 
     def decide(layer: object, name: str) -> list[str]:
         if ignored(name, ignore=self.ignore, fused_mapping=packed):
@@ -791,6 +892,7 @@ def ct_answers(
         name, cls = row["name"], row["class"]
         mro = _mro(facts, cls)
         layer = _stand_in(cls)
+        packed = self.packed_modules_mapping = packed_for(scopes, name)
         try:
             if not row["quant_config"]:
                 out[name] = ["unquantized", "built without a quant config"]
@@ -874,15 +976,14 @@ def modelopt_answers(
     self = types.SimpleNamespace(
         exclude_modules=excludes,
         quantized_layers=layers,
-        packed_modules_mapping=tree["packed_modules_mapping"],
+        packed_modules_mapping={},
         _quantized_layer_prefix_candidates=ns[
             "ModelOptMixedPrecisionConfig___quantized_layer_prefix_candidates"
         ],
     )
-    mapper = _mapper(ns, tree)
-    if mapper is not None:
-        key = "ModelOptMixedPrecisionConfig" if mixed else "ModelOptQuantConfigBase"
-        ns[f"{key}__apply_vllm_mapper"](self, mapper)
+    key = "ModelOptMixedPrecisionConfig" if mixed else "ModelOptQuantConfigBase"
+    self.apply_vllm_mapper = lambda m: ns[f"{key}__apply_vllm_mapper"](self, m)
+    scopes = load(ns, tree, self)
     excluded = ns["ModelOptQuantConfigBase__is_layer_excluded"]
     resolve = ns["ModelOptMixedPrecisionConfig___resolve_quant_algo"]
     linear_algos, block_moe = ns["LINEAR_ALGOS"], ns["_BLOCK_FP8_MOE_ALGOS"]
@@ -890,6 +991,7 @@ def modelopt_answers(
     for row in tree["layers"]:
         name, cls = row["name"], row["class"]
         mro = _mro(facts, cls)
+        self.packed_modules_mapping = packed_for(scopes, name)
         linear = "LinearBase" in mro or "ParallelLMHead" in mro
         experts = "RoutedExperts" in mro or "FusedMoE" in mro
         try:
@@ -955,6 +1057,8 @@ def _real(path: str, wrap: bool = False) -> dict[str, Any]:
 
 L0 = "model.layers.0"
 SA = f"{L0}.self_attn"
+VL0 = "model.language_model.layers.0"
+VL = f"{VL0}.self_attn"
 _SEED = "model.language_model.layers"
 SEED_LAYERS = {
     # the seed's quantized_layers (fixtures/make_seed_manifests.py) on the tree's two layers
@@ -997,7 +1101,10 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
     "ct-class-case": (["llama"], _ct({"g": _g(["linear"])})),
     "ct-ignore-class": (["llava"], _ct({"g": _g(["Linear", "Embedding"])}, ["Embedding"])),
     "ct-embedding-target": (["llava", "llama"], _ct({"g": _g(["Embedding"], INT8)})),
-    "ct-fused-name": (["llama", "llava", "llava_hf"], _ct({"g": _g(["re:.*v_proj$"])})),
+    "ct-fused-name": (
+        ["llama", "llava", "llava_hf", "qwen2_vl_hf"],
+        _ct({"g": _g(["re:.*v_proj$"])}),
+    ),
     "ct-last-group-wins": (["llama"], _ct({"a": _g(["Linear"]), "b": _g(["Linear"], INT8)})),
     # vLLM's own rules
     "ct-fused-target-name": (
@@ -1226,6 +1333,33 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
         ["qwen2_vl_hf"],
         _mo(["visual.blocks.*", "language_model.model.layers.0.m*"]),
     ),
+    # packed mappings a nested model gives the quant config: Qwen2-VL's language model fuses
+    # q/k/v and gate/up (its model class's mapping is empty); Kimi-K2.5's DeepSeek language
+    # model adds fused_qkv_a_proj (q_lora_rank) to its own dict, which the config holds
+    "ct-vl-ignore-one-shard": (["qwen2_vl_hf"], _ct({"g": _g(["Linear"])}, [f"{VL}.k_proj"])),
+    "ct-vl-shards-target": (
+        ["qwen2_vl_hf"],
+        _ct(
+            {
+                "g": _g([f"{VL}.q_proj", f"{VL}.k_proj", f"{VL}.v_proj"]),
+                "i": _g([r"re:.*mlp\.gate_proj$", r"re:.*mlp\.up_proj$"], INT8),
+            }
+        ),
+    ),
+    "mo-vl-one-shard": (["qwen2_vl_hf"], _mo([f"{VL}.q_proj", f"{VL0}.mlp.up_proj"])),
+    "mixed-vl-missing-shard": (
+        ["qwen2_vl_hf"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {f"{VL}.q_proj": "FP8", f"{VL}.k_proj": "FP8", f"{VL0}.mlp.gate_proj": "NVFP4"},
+        ),
+    ),
+    "ct-kimi-mla-one-shard": (
+        ["kimi_k25"],
+        _ct({"g": _g(["Linear"])}, [f"language_model.{SA}.kv_a_proj_with_mqa"]),
+    ),
+    "mo-kimi-mla-one-shard": (["kimi_k25"], _mo([f"language_model.{SA}.q_a_proj"])),
     "mixed-seed": (["qwen3_5"], _mo([], "MIXED_PRECISION", SEED_LAYERS)),
     "mixed-seed-sibling": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "MIXED_PRECISION", SEED_LAYERS)),
     "mo-seed-single": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "NVFP4")),
@@ -1314,7 +1448,7 @@ def derive(wheel_path: Path) -> dict[str, Any]:
     commit = wheel.commit()
     if not facts["commit"].startswith(commit[:9]) and not commit.startswith(facts["commit"]):
         raise SystemExit(f"layer facts are for {facts['commit']}, the wheel is {commit}")
-    trees = build_trees(facts)
+    trees = build_trees(ns, facts)
     cases = []
     for case_id, (names, decl) in {**SYNTHETIC, **REAL}.items():
         docs = documents(decl)

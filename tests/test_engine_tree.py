@@ -185,3 +185,43 @@ def test_the_mapper_keeps_the_models_order_and_applies_it_as_vllm_does() -> None
     assert (
         v4.module("layers.3.ffn.shared_experts.w2") == "model.layers.3.ffn.shared_experts.down_proj"
     )
+
+
+def test_a_nested_language_model_gives_the_quant_config_its_packed_mapping() -> None:
+    """Qwen2-VL's model class has an empty packed mapping (``SupportsLoRA``'s); its language
+    model, ``Qwen2ForCausalLM``, adds ``qkv_proj`` and ``gate_up_proj`` to the quant config
+    before its layers are built, so they fuse there and nowhere else. Kimi-K2.5's DeepSeek
+    language model adds ``fused_qkv_a_proj`` to the dict the config holds (``q_lora_rank`` is
+    in ``text_config``)."""
+    lm = "model.language_model.layers.0"
+    names = [f"{lm}.self_attn.{p}_proj" for p in "qkv"] + [
+        f"{lm}.mlp.gate_proj",
+        f"{lm}.mlp.up_proj",
+        "model.visual.blocks.0.attn.qkv",
+    ]
+    r, modules = _resolve(
+        "Qwen2VLForConditionalGeneration",
+        "config.json",
+        _ct(["Linear"], [f"{lm}.self_attn.k_proj"]),
+        names,
+    )
+    assert modules[names[0]].engine_name == f"{lm}.self_attn.qkv_proj"
+    assert modules[names[3]].engine_name == f"{lm}.mlp.gate_up_proj"
+    assert modules[names[5]].engine_name == names[5]
+    assert [(f.code, f.module) for f in r.findings] == [
+        ("fused-shards-disagree", f"{lm}.self_attn.qkv_proj")
+    ]
+    kimi = [
+        f"language_model.model.layers.0.self_attn.{p}" for p in ("q_a_proj", "kv_a_proj_with_mqa")
+    ]
+    r, modules = _resolve(
+        "KimiK25ForConditionalGeneration",
+        "hf_quant_config.json",
+        _modelopt([kimi[1]]),
+        kimi,
+        q_lora_rank=1536,
+    )
+    assert (
+        modules[kimi[0]].engine_name == "language_model.model.layers.0.self_attn.fused_qkv_a_proj"
+    )
+    assert [f.code for f in r.findings] == ["fused-shards-disagree"]

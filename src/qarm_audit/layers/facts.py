@@ -40,6 +40,19 @@ class Packing:
 
 
 @dataclass(frozen=True)
+class PackedScope:
+    """The packed mapping the quant config holds while the layers under ``path`` are built:
+    a nested model tells the config its own (Qwen2-VL's language model fuses q/k/v although
+    the model class's mapping is empty)."""
+
+    path: str
+    packings: tuple[Packing, ...]
+
+    def holds(self, engine_path: str) -> bool:
+        return engine_path.startswith(self.path + ".") or engine_path == self.path
+
+
+@dataclass(frozen=True)
 class Rename:
     """The model's ``hf_to_vllm_mapper`` as its quant config and layer names see it
     (``get_rename_mapper()``: renames only), applied as vLLM's ``WeightsMapper`` applies it:
@@ -99,6 +112,9 @@ class ArchitectureFacts:
     """Layers ``load_weights`` loads from several checkpoint modules that the packed mapping
     does not name (DeepSeek-V3.2's ``wk_weights_proj``): the quant config never sees the
     shards."""
+    nested: tuple[PackedScope, ...] = ()
+    """The mapping under each nested model's path (the engine's name), longest path first;
+    ``packings`` holds for every other layer."""
 
 
 @dataclass(frozen=True)
@@ -168,23 +184,38 @@ def load_facts(name: str) -> EngineFacts:
     return _parse(json.loads(text))
 
 
+def _packings(item: dict[str, Any]) -> tuple[Packing, ...]:
+    """A mapping's entries, and those added under a condition qarm can evaluate: an entry
+    whose condition is more than one "config.<key> is not None" test is left out
+    (DeepSeek's qkv_proj for model_type "deepseek" only)."""
+    packings = [
+        Packing(fused, tuple(shards)) for fused, shards in item["packed_modules_mapping"].items()
+    ]
+    packings += [
+        Packing(p["fused"], tuple(p["shards"]), p["config"])
+        for p in item.get("packed_when", [])
+        if p.get("config") and p.get("test", "is not None") == "is not None"
+    ]
+    return tuple(packings)
+
+
 def _parse(data: dict[str, Any]) -> EngineFacts:
     if data.get("format") != FACTS_FORMAT:
         raise ValueError(f"layer facts format {data.get('format')!r}, expected {FACTS_FORMAT}")
     commit = data["commit"]
     archs: dict[str, ArchitectureFacts] = {}
     for arch, item in data["architectures"].items():
-        packings = [
-            Packing(fused, tuple(shards))
-            for fused, shards in item["packed_modules_mapping"].items()
-        ]
-        # an entry whose condition is more than one "config.<key> is not None" test is left
-        # out: qarm cannot evaluate it (DeepSeek's qkv_proj for model_type "deepseek" only)
-        packings += [
-            Packing(p["fused"], tuple(p["shards"]), p["config"])
-            for p in item.get("packed_when", [])
-            if p.get("config") and p.get("test", "is not None") == "is not None"
-        ]
+        # the mapping the quant config holds, per part of the model, where the facts say
+        scopes = item.get("quant_packed") or [{"path": "", **item}]
+        own = next((s for s in scopes if not s["path"]), {"path": "", **item})
+        nested = sorted(
+            (
+                PackedScope(s["path"], _packings(s))
+                for s in scopes
+                if s["path"] and s.get("how") != "unknown"
+            ),
+            key=lambda scope: -len(scope.path),
+        )
         mapper = item.get("mapper") or None
         layers = {
             leaf: tuple(
@@ -203,7 +234,7 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
             name=arch,
             model_file=item["model_file"],
             cite=item.get("cite") or f"vllm-project/vllm {item['model_file']}@{commit}",
-            packings=tuple(packings),
+            packings=_packings(own),
             has_mapper=mapper is not None,
             rename=_rename(mapper),
             layers=layers,
@@ -214,6 +245,7 @@ def _parse(data: dict[str, Any]) -> EngineFacts:
                 )
                 for p in item.get("load_fused", [])
             ),
+            nested=tuple(nested),
         )
     classes = {
         name: tuple(info.get("mro") or info.get("bases", ()))

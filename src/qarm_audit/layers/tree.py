@@ -123,18 +123,8 @@ def _modelled(
     arch: ArchitectureFacts,
     facts: EngineFacts,
 ) -> None:
-    shard_to_fused: dict[str, list[str]] = {}
-    fused_shards: dict[str, tuple[str, ...]] = {}
-    for packing in (*arch.packings, *_unquantized_loads(arch)):
-        if packing.config and config.get(packing.config) is None:
-            continue
-        if packing.fused in fused_shards:
-            continue
-        fused_shards[packing.fused] = packing.shards
-        for shard in packing.shards:
-            # a shard may belong to several fused layers (DeepSeek-V4's wkv: fused_wqa_wkv in
-            # the attention, fused_wkv_wgate in its compressor): the one whose shards are there
-            shard_to_fused.setdefault(shard, []).append(packing.fused)
+    own = _fusing(arch.packings, arch, config)
+    nested = [(scope, _fusing(scope.packings, arch, config)) for scope in arch.nested]
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
     for info in modules.values():
         info.engine_name, info.fused_shards = info.name, ()
@@ -149,6 +139,13 @@ def _modelled(
         else:
             leaf_for_class = ""
             prefix = f"{parent}." if parent else ""
+            fused_shards, shard_to_fused = own
+            if nested:
+                # a nested model's layers are built while the quant config holds its mapping
+                path = arch.rename.module(info.name) if arch.rename else info.name
+                fused_shards, shard_to_fused = next(
+                    (tables for scope, tables in nested if scope.holds(path)), own
+                )
             for fused in shard_to_fused.get(leaf, ()):
                 present = tuple(
                     f"{prefix}{s}" for s in fused_shards[fused] if f"{prefix}{s}" in modules
@@ -168,6 +165,26 @@ def _modelled(
         if decided is None:
             decided = kinds[key] = _classify(leaf_for_class, info, arch, facts, router, engine_path)
         info.layer_kind, info.layer_class, info.quant_config = decided
+
+
+_Fusing = tuple[dict[str, tuple[str, ...]], dict[str, list[str]]]
+
+
+def _fusing(packings: tuple[Packing, ...], arch: ArchitectureFacts, config: ModelConfig) -> _Fusing:
+    """fused layer -> its shards, and shard -> the fused layers that name it."""
+    shard_to_fused: dict[str, list[str]] = {}
+    fused_shards: dict[str, tuple[str, ...]] = {}
+    for packing in (*packings, *_unquantized_loads(arch)):
+        if packing.config and config.get(packing.config) is None:
+            continue
+        if packing.fused in fused_shards:
+            continue
+        fused_shards[packing.fused] = packing.shards
+        for shard in packing.shards:
+            # a shard may belong to several fused layers (DeepSeek-V4's wkv: fused_wqa_wkv in
+            # the attention, fused_wkv_wgate in its compressor): the one whose shards are there
+            shard_to_fused.setdefault(shard, []).append(packing.fused)
+    return fused_shards, shard_to_fused
 
 
 def _unquantized_loads(arch: ArchitectureFacts) -> tuple[Packing, ...]:
