@@ -1360,6 +1360,58 @@ SYNTHETIC: dict[str, tuple[list[str], dict[str, Any]]] = {
         _ct({"g": _g(["Linear"])}, [f"language_model.{SA}.kv_a_proj_with_mqa"]),
     ),
     "mo-kimi-mla-one-shard": (["kimi_k25"], _mo([f"language_model.{SA}.q_a_proj"])),
+    # MIXED_PRECISION keys written in vLLM's own names (after the model's mapper), which
+    # vLLM's lookup meets as they are: the mapper leaves them unchanged
+    "mixed-engine-names": (
+        ["qwen3_5", "qwen2_vl_hf", "llava_hf"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {
+                "language_model.model.layers.0.mlp.down_proj": "NVFP4",
+                "language_model.lm_head": "FP8",
+                "visual.blocks.0.attn.proj": "FP8",
+                "vision_tower.vision_model.encoder.layers.0.mlp.fc1": "FP8",
+                "multi_modal_projector.linear_1": "NVFP4",
+            },
+        ),
+    ),
+    "mixed-engine-fused-names": (
+        ["qwen2_vl_hf", "qwen3_5"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {
+                "language_model.model.layers.0.self_attn.qkv_proj": "FP8",
+                "language_model.model.layers.0.mlp.gate_up_proj": "NVFP4",
+                "language_model.model.layers.0.linear_attn.in_proj_qkvz": "FP8",
+                "language_model.model.layers.3.self_attn": "NVFP4",
+            },
+        ),
+    ),
+    "mixed-v4-engine-names": (
+        ["deepseek_v4"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {
+                "model.layers.0.ffn.shared_experts.down_proj": "FP8",
+                "model.layers.0.ffn.shared_experts.gate_up_proj": "FP8",
+                "model.layers.0.attn.fused_wqa_wkv": "NVFP4",
+                "model.layers.2.ffn.experts": "NVFP4",
+                "model.layers.2.attn.wo_a": "FP8",
+                "lm_head": "FP8",
+            },
+        ),
+    ),
+    "mixed-kimi-engine-names": (
+        ["kimi_k25"],
+        _mo(
+            [],
+            "MIXED_PRECISION",
+            {"mm_projector.linear_1": "FP8", "mm_projector.proj.2": "NVFP4"},
+        ),
+    ),
     "mixed-seed": (["qwen3_5"], _mo([], "MIXED_PRECISION", SEED_LAYERS)),
     "mixed-seed-sibling": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "MIXED_PRECISION", SEED_LAYERS)),
     "mo-seed-single": (["qwen3_5"], _mo(SEED_SIBLING_EXCLUDES, "NVFP4")),

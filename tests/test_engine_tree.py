@@ -225,3 +225,28 @@ def test_a_nested_language_model_gives_the_quant_config_its_packed_mapping() -> 
         modules[kimi[0]].engine_name == "language_model.model.layers.0.self_attn.fused_qkv_a_proj"
     )
     assert [f.code for f in r.findings] == ["fused-shards-disagree"]
+
+
+def test_mixed_keys_in_the_engines_naming_name_their_layers() -> None:
+    """vLLM maps ``quantized_layers`` keys and its layer names through the model's mapper
+    alike, so a key written in vLLM's own naming (Qwen3.5's ``language_model.lm_head`` for
+    the checkpoint's ``lm_head``, ``visual.`` for ``model.visual.``) names the layer, and is
+    not a declared module that is missing, also where an exclude decides the layer."""
+    names = ["lm_head", "model.visual.blocks.0.attn.proj", "model.visual.blocks.0.mlp.linear_fc1"]
+    quantization = {
+        "quant_algo": "MIXED_PRECISION",
+        "exclude_modules": ["model.visual.blocks.0.mlp*"],
+        "quantized_layers": {
+            "language_model.lm_head": {"quant_algo": "FP8"},
+            "visual.blocks.0.attn.proj": {"quant_algo": "NVFP4"},
+            "visual.blocks.0.mlp.linear_fc1": {"quant_algo": "NVFP4"},
+        },
+    }
+    text = json.dumps({"quantization": quantization})
+    r, _ = _resolve("Qwen3_5ForConditionalGeneration", "hf_quant_config.json", text, names)
+    assert [(r.memberships[n].bucket, r.memberships[n].rule) for n in names] == [
+        ("FP8", "language_model.lm_head"),
+        ("NVFP4", "visual.blocks.0.attn.proj"),
+        ("excluded", "model.visual.blocks.0.mlp*"),
+    ]
+    assert r.unmatched == []

@@ -222,7 +222,13 @@ class _ModelOpt:
             self._resolve_group(engine_name, members)
         if self.layers is not None:
             used = {m.rule for m in self.out.memberships.values()} | set(groups)
-            self.out.unmatched = [k for k in self.layers if k not in used and k not in self.modules]
+            unmatched = [k for k in self.layers if k not in used and k not in self.modules]
+            if unmatched and self.path is not None:
+                # a key in the engine's own naming names the module it is the engine name of
+                path = self.path
+                engine = {path(name) for name in self.modules} | {path(g) for g in groups}
+                unmatched = [k for k in unmatched if k not in engine]
+            self.out.unmatched = unmatched
         return self.out
 
     def _resolve_group(self, engine_name: str, members: list[ModuleInfo]) -> None:
@@ -320,7 +326,7 @@ class _ModelOpt:
         layers = self.layers
         assert layers is not None
         how = "experts" if engine_name.endswith(".experts") else "fused"
-        for candidate in _language_model_aliases(engine_name):
+        for candidate in self._names(engine_name):
             if candidate in layers:
                 return Membership(layers[candidate], how, candidate)
         names = [m.name for m in members]
@@ -331,8 +337,7 @@ class _ModelOpt:
             listed = [
                 key
                 for key in (
-                    next((k for k in _language_model_aliases(name) if k in layers), None)
-                    for name in names
+                    next((k for k in self._names(name) if k in layers), None) for name in names
                 )
                 if key is not None
             ]
@@ -342,14 +347,15 @@ class _ModelOpt:
         if algos:
             return Membership(algos.pop(), how, listed[0])
         if how == "experts":
-            for candidate in _language_model_aliases(engine_name):
+            for candidate in self._names(engine_name):
                 key = self._first_child(candidate)
                 if key is not None:
                     return Membership(layers[key], "experts", key)
             # vLLM's last resort for an experts layer: the first key under its parent
-            key = self._first_child(engine_name[: -len(".experts")])
-            if key is not None:
-                return Membership(layers[key], "experts-parent", key)
+            for parent in self._own_names(engine_name[: -len(".experts")]):
+                key = self._first_child(parent)
+                if key is not None:
+                    return Membership(layers[key], "experts-parent", key)
         return None
 
     def _mixed(self, info: ModuleInfo, engine_name: str) -> Membership:
@@ -358,24 +364,42 @@ class _ModelOpt:
         listed = layers.get(info.name)  # the common case, before any alias is built
         if listed is not None:
             return Membership(listed, "exact", info.name)
-        for candidate in _language_model_aliases(info.name):
+        names = self._names(info.name)
+        for candidate in names:
             if candidate in layers:
                 return Membership(layers[candidate], "exact", candidate)
         if engine_name != info.name:
-            for candidate in _language_model_aliases(engine_name):
+            for candidate in self._names(engine_name):
                 if candidate in layers:
                     how = "experts" if engine_name.endswith(".experts") else "fused"
                     return Membership(layers[candidate], how, candidate)
-        for candidate in _language_model_aliases(info.name):
+        for candidate in names:
             key = self._first_child(candidate)
             if key is not None:
                 return Membership(layers[key], "prefix", key)
         if engine_name.endswith(".experts"):
-            parent = engine_name[: -len(".experts")]
-            key = self._first_child(parent)
-            if key is not None:
-                return Membership(layers[key], "experts-parent", key)
+            for parent in self._own_names(engine_name[: -len(".experts")]):
+                key = self._first_child(parent)
+                if key is not None:
+                    return Membership(layers[key], "experts-parent", key)
         return _UNLISTED
+
+    def _own_names(self, name: str) -> list[str]:
+        """A layer's checkpoint name and, where the model renames it, the engine's own."""
+        engine = self.path(name) if self.path is not None else name
+        return [name] if engine == name else [name, engine]
+
+    def _names(self, name: str) -> list[str]:
+        """The names a ``quantized_layers`` key may give a layer: as the checkpoint names it
+        (the producer's naming) and, where the model renames it, as the engine does (a key
+        written after the model's mapper: vLLM maps the keys and its layer names alike), each
+        with vLLM's ``language_model`` and ``lm_head`` aliases."""
+        out = _language_model_aliases(name)
+        if self.path is not None:
+            engine = self.path(name)
+            if engine != name:
+                out += _language_model_aliases(engine)
+        return out
 
     def _first_child(self, name: str) -> str | None:
         """vLLM's strategy 3: the first key, in map order, under ``name + '.'``."""
