@@ -210,9 +210,16 @@ class _ModelOpt:
         self.excludes = _Excludes(rules.excludes, split_star)
         self.layers = rules.layers
         self.out = Resolution()
+        self.key_path = None
+        """``path`` where a ``quantized_layers`` key may be in the engine's naming: where some
+        key names no checkpoint module or layer (vLLM maps any other key to the engine name
+        of the module it names, so only such a key can name a layer by its engine name)."""
         if self.layers is not None:
             self.order = {key: i for i, key in enumerate(self.layers)}
             self.sorted_keys = sorted(self.layers)
+            rest = [k for k in self.layers if k not in modules] if self.path else []
+            if rest and not {info.engine_name for info in modules.values()}.issuperset(rest):
+                self.key_path = self.path
 
     def run(self) -> Resolution:
         groups: dict[str, list[ModuleInfo]] = {}
@@ -386,7 +393,7 @@ class _ModelOpt:
 
     def _own_names(self, name: str) -> list[str]:
         """A layer's checkpoint name and, where the model renames it, the engine's own."""
-        engine = self.path(name) if self.path is not None else name
+        engine = self.key_path(name) if self.key_path is not None else name
         return [name] if engine == name else [name, engine]
 
     def _names(self, name: str) -> list[str]:
@@ -395,8 +402,8 @@ class _ModelOpt:
         written after the model's mapper: vLLM maps the keys and its layer names alike), each
         with vLLM's ``language_model`` and ``lm_head`` aliases."""
         out = _language_model_aliases(name)
-        if self.path is not None:
-            engine = self.path(name)
+        if self.key_path is not None:
+            engine = self.key_path(name)
             if engine != name:
                 out += _language_model_aliases(engine)
         return out
