@@ -487,6 +487,9 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
         rules["ignore"] = len(declaration.compressed_tensors.ignore)
         excludes = list(declaration.compressed_tensors.ignore)
         targets = dict(declaration.compressed_tensors.targets)
+    if declaration.fp8 is not None:
+        rules[declaration.fp8.ignored_key] = len(declaration.fp8.ignored)
+        excludes = list(declaration.fp8.ignored)
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,
