@@ -171,6 +171,11 @@ class DeclarationError(BaseModel):
     producer: list[str] | None = None
     sparsity: bool | None = None
     """Holds when the declaration has (True) or has not (False) sparsity targets."""
+    declared_strategy: list[str] | None = None
+    """Holds when a declared scheme's weight strategy is one of these (``block``, ...)."""
+    static_activations: bool | None = None
+    """Holds when a declared scheme (of ``declared_strategy``, where given) has calibrated
+    static activation scales (True) or not (False)."""
     text: str
     """The engine's error text."""
     source: Source = None
