@@ -340,3 +340,17 @@ def test_transformers_finegrained_fp8_moe_is_refused_where_vllm_cannot_load_it(r
     assert ("operand-shape", "model.layers.0.mlp.experts.0.gate_proj") in found
     assert ("quantized-ships-unquantized", "model.layers.0.mlp.gate") in found
     assert {c for c, _ in found} == {"operand-shape", "quantized-ships-unquantized"}
+
+
+def test_ue8m0_scales_may_ship_as_e8m0_only_where_declared(tmp_path: Path, run: Any) -> None:
+    def spell(m: str, o: int, i: int) -> Tensors:
+        return {
+            f"{m}.weight": ("F8_E4M3", (o, i)),
+            f"{m}.weight_scale_inv": ("F8_E8M0", (-(-o // 32), -(-i // 32))),
+        }
+
+    code, report = audit(run, checkpoint(tmp_path, llama(spell=spell), scale_fmt="ue8m0"))
+    assert code == 0, report["refusals"]
+    code, report = audit(run, checkpoint(tmp_path / "f", llama(spell=spell), scale_fmt="float"))
+    assert code == 1
+    assert {r["code"] for r in report["refusals"]} == {"operand-dtype"}
