@@ -339,6 +339,12 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("declaration-error-by-strategy", "engines/refusals.py",
      "        (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)",
      "        True"),
+    ("trace-fp8-experts", "commands/explain_fp8.py",
+     '        entry = next((e for e in rules.ignored if "experts" in e and engine in e), None)',
+     '        entry = None'),
+    ("trace-fp8-every-shard", "commands/explain_fp8.py",
+     '        elif listed and len(listed) == len(members):',
+     '        elif False:'),
 ]
 # fmt: on
 
