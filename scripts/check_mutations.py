@@ -345,6 +345,18 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("trace-fp8-every-shard", "commands/explain_fp8.py",
      '        elif listed and len(listed) == len(members):',
      '        elif False:'),
+    ("block-fp8-fused-shard-indivisible", "check/blocks.py",
+     '            if weight is not None and len(weight.shape) >= 2 and weight.shape[-2] % block_n:',
+     '            if False:'),
+    ("block-fp8-last-shard-may-be-partial", "check/blocks.py",
+     '        for shard in shards[:-1]:',
+     '        for shard in shards:'),
+    ("block-fp8-moe-indivisible", "check/blocks.py",
+     '                for size in sorted(s for s in sizes if s % block_n)',
+     '                for size in ()'),
+    ("block-fp8-checked", "commands/audit.py",
+     '    findings.extend(block_refusals(declaration, modules, memberships))\n',
+     ''),
 ]
 # fmt: on
 

@@ -131,15 +131,15 @@ def test_a_scale_grid_of_the_wrong_shape_is_refused(tmp_path: Path, run: Any) ->
 
 def test_the_grid_rounds_up(tmp_path: Path, run: Any) -> None:
     tensors = dict(llama(spell=block_fp8))
-    code, report = audit(run, checkpoint(tmp_path, tensors, weight_block_size=[48, 48]))
+    code, report = audit(run, checkpoint(tmp_path, tensors, weight_block_size=[32, 48]))
     assert code == 1  # every grid was written for 32x32
     tensors = llama(
         spell=lambda m, o, i: {
             f"{m}.weight": ("F8_E4M3", (o, i)),
-            f"{m}.weight_scale_inv": ("F32", (-(-o // 48), -(-i // 48))),
+            f"{m}.weight_scale_inv": ("F32", (-(-o // 32), -(-i // 48))),
         }
     )
-    code, report = audit(run, checkpoint(tmp_path / "b", tensors, weight_block_size=[48, 48]))
+    code, report = audit(run, checkpoint(tmp_path / "b", tensors, weight_block_size=[32, 48]))
     assert code == 0, report["refusals"]
 
 
@@ -354,3 +354,38 @@ def test_ue8m0_scales_may_ship_as_e8m0_only_where_declared(tmp_path: Path, run: 
     code, report = audit(run, checkpoint(tmp_path / "f", llama(spell=spell), scale_fmt="float"))
     assert code == 1
     assert {r["code"] for r in report["refusals"]} == {"operand-dtype"}
+
+
+def test_a_fused_shard_that_is_no_whole_number_of_blocks_is_refused(
+    tmp_path: Path, run: Any
+) -> None:
+    # q_proj and k_proj are 64 rows: no multiple of block_n 48; v_proj, the last shard, may be
+    def spell(m: str, o: int, i: int) -> Tensors:
+        return {
+            f"{m}.weight": ("F8_E4M3", (o, i)),
+            f"{m}.weight_scale_inv": ("F32", (-(-o // 48), -(-i // 32))),
+        }
+
+    root = checkpoint(tmp_path, llama(layers=1, spell=spell), weight_block_size=[48, 32])
+    _code, report = audit(run, root)
+    found = [r for r in report["refusals"] if r["code"] == "block-shape-indivisible"]
+    assert sorted((r["module"], r["tensor"]) for r in found) == [
+        ("model.layers.0.mlp.gate_up_proj", "model.layers.0.mlp.gate_proj.weight"),
+        ("model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.k_proj.weight"),
+        ("model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.q_proj.weight"),
+    ]
+    assert "is not divisible by weight quantization block_n = 48" in found[0]["message"]
+
+
+def test_a_moe_whose_intermediate_size_is_no_whole_number_of_blocks_is_refused(
+    tmp_path: Path, run: Any
+) -> None:
+    tensors = moe_tensors()  # experts' gate/up are 32 rows
+    root = write_checkpoint(
+        tmp_path / "moe",
+        {"model.safetensors": tensors},
+        {"config.json": moe_config(weight_block_size=[64, 32])},
+    )
+    _code, report = audit(run, root)
+    found = [r for r in report["refusals"] if r["code"] == "block-shape-indivisible"]
+    assert [r["module"] for r in found] == ["model.layers.0.mlp.experts"]
