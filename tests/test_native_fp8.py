@@ -389,3 +389,85 @@ def test_a_moe_whose_intermediate_size_is_no_whole_number_of_blocks_is_refused(
     _code, report = audit(run, root)
     found = [r for r in report["refusals"] if r["code"] == "block-shape-indivisible"]
     assert [r["module"] for r in found] == ["model.layers.0.mlp.experts"]
+
+
+def deepseek_v3(hidden: int = 256) -> dict[str, Any]:
+    """DeepSeek-V3's layout at its real MLA widths (q_lora_rank 1536, kv_lora_rank 512 + rope
+    64 = 576 rows of kv_a_proj_with_mqa): one dense layer, one MoE layer with a shared expert."""
+
+    def fp8(m: str, o: int, i: int) -> Tensors:
+        return {
+            f"{m}.weight": ("F8_E4M3", (o, i)),
+            f"{m}.weight_scale_inv": ("F32", (-(-o // 128), -(-i // 128))),
+        }
+
+    t: dict[str, Any] = {
+        "model.embed_tokens.weight": ("BF16", (512, hidden)),
+        "model.norm.weight": ("BF16", (hidden,)),
+        "lm_head.weight": ("BF16", (512, hidden)),
+    }
+    for n in (0, 1):
+        p = f"model.layers.{n}"
+        t[f"{p}.input_layernorm.weight"] = ("BF16", (hidden,))
+        t[f"{p}.post_attention_layernorm.weight"] = ("BF16", (hidden,))
+        t[f"{p}.self_attn.q_a_layernorm.weight"] = ("BF16", (1536,))
+        t[f"{p}.self_attn.kv_a_layernorm.weight"] = ("BF16", (512,))
+        t.update(fp8(f"{p}.self_attn.q_a_proj", 1536, hidden))
+        t.update(fp8(f"{p}.self_attn.q_b_proj", 4 * 192, 1536))
+        t.update(fp8(f"{p}.self_attn.kv_a_proj_with_mqa", 576, hidden))
+        t.update(fp8(f"{p}.self_attn.kv_b_proj", 4 * 256, 512))
+        t.update(fp8(f"{p}.self_attn.o_proj", hidden, 4 * 128))
+    for proj, (o, i) in {"gate_proj": (512, hidden), "up_proj": (512, hidden)}.items():
+        t.update(fp8(f"model.layers.0.mlp.{proj}", o, i))
+    t.update(fp8("model.layers.0.mlp.down_proj", hidden, 512))
+    t["model.layers.1.mlp.gate.weight"] = ("BF16", (4, hidden))
+    t["model.layers.1.mlp.gate.e_score_correction_bias"] = ("F32", (4,))
+    for e in [*(f"experts.{k}" for k in range(4)), "shared_experts"]:
+        t.update(fp8(f"model.layers.1.mlp.{e}.gate_proj", 128, hidden))
+        t.update(fp8(f"model.layers.1.mlp.{e}.up_proj", 128, hidden))
+        t.update(fp8(f"model.layers.1.mlp.{e}.down_proj", hidden, 128))
+    return t
+
+
+def deepseek_config(**quant: Any) -> dict[str, Any]:
+    doc = config(weight_block_size=[128, 128], **quant)
+    doc.update(
+        architectures=["DeepseekV3ForCausalLM"],
+        model_type="deepseek_v3",
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        first_k_dense_replace=1,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_hidden_layers=2,
+    )
+    return doc
+
+
+def test_deepseek_v3_block_fp8_on_its_layer_tree(tmp_path: Path, run: Any) -> None:
+    tensors = deepseek_v3()
+    root = write_checkpoint(
+        tmp_path / "v3", {"model.safetensors": tensors}, {"config.json": deepseek_config()}
+    )
+    code, report = audit(run, root)
+    assert code == 0, report["refusals"]
+    by = rows(report)
+    # q_a_proj and kv_a_proj_with_mqa are one layer; kv_a's 576 rows end in a partial block,
+    # which the last shard may
+    assert by["model.layers.0.self_attn.kv_a_proj_with_mqa"]["bucket"] == "FP8_BLOCK_128x128"
+    assert by["model.layers.1.mlp.gate"]["how"] == "no-quant-config"  # built without one
+    assert sum(b["tensors"] for b in report["buckets"]) == len(tensors)
+    # a shared expert's projection is skipped by vLLM's experts stage
+    skip = ["model.layers.1.mlp.shared_experts.down_proj"]
+    tensors = unquantized(tensors, skip[0], 256, 128)
+    root = write_checkpoint(
+        tmp_path / "skip",
+        {"model.safetensors": tensors},
+        {"config.json": deepseek_config(ignored_layers=skip)},
+    )
+    code, report = audit(run, root)
+    assert code == 0, report["refusals"]
+    assert (rows(report)[skip[0]]["bucket"], rows(report)[skip[0]]["how"]) == (
+        "excluded",
+        "experts",
+    )
