@@ -80,7 +80,8 @@ class Rule(BaseModel):
     """Declared weight strategies: ``tensor``, ``channel``, ``group``, ``block``,
     ``tensor_group``."""
     producer: list[str] | None = None
-    """Who wrote the declaration: ``modelopt`` or ``compressed-tensors``."""
+    """Who wrote the declaration: ``modelopt``, ``compressed-tensors`` or ``fp8`` (a native
+    ``quant_method: fp8``)."""
     mixed: bool | None = None
     """True when the module's algorithm comes from a ModelOpt MIXED_PRECISION map."""
     mixed_nvfp4: bool | None = None
