@@ -24,7 +24,7 @@ EXPECTED = {
     "aic-qwen3-32b-nvfp4": ("modelopt", "NVFP4"),
     "aic-redhat-deepseek-v4-flash-nvfp4-fp8": ("compressed-tensors", "mixed-precision"),
     "aic-rh-glm-5.3-nvfp4-modelopt-in-config": ("modelopt", "NVFP4"),
-    "aic-sgl-deepseek-v4-flash-fp8-native": ("unreadable", None),
+    "aic-sgl-deepseek-v4-flash-fp8-native": ("fp8", "fp8"),
     "ct-example-int4-w4a16": ("compressed-tensors", None),
     "ct-example-int8-w8a8": ("compressed-tensors", None),
     "ct-example-mixed-precision-fp8-nvfp4": ("compressed-tensors", None),

@@ -61,6 +61,11 @@ def ct(groups: dict[str, list[str]], ignore: list[str] | None = None) -> str:
     )
 
 
+def fp8(ignored: list[str], key: str = "ignored_layers") -> str:
+    q = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    return json.dumps({"quantization_config": {**q, key: ignored}})
+
+
 ATTN = [
     f"model.layers.{i}.self_attn.{p}" for i in (0, 1, 10) for p in ("q_proj", "k_proj", "v_proj")
 ]
@@ -129,6 +134,21 @@ SCENARIOS: dict[str, tuple[str, str, list[str]]] = {
         BASE,
     ),
     "no-declaration": ("config.json", json.dumps({"model_type": "llama"}), BASE),
+    "fp8-fused-shards": (
+        "config.json",
+        fp8(["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.qkv_proj"]),
+        BASE,
+    ),
+    "fp8-every-shard": (
+        "config.json",
+        fp8([f"model.layers.0.mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")]),
+        BASE,
+    ),
+    "fp8-experts-and-lm-head": (
+        "config.json",
+        fp8(["lm_head", "model.layers.0.mlp.experts.1.w2"], key="modules_to_not_convert"),
+        [*BASE, *EXPERTS],
+    ),
 }
 
 

@@ -96,6 +96,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "operand-dtype": (Severity.REFUSAL, "an operand's dtype contradicts the declared scheme"),
     "operand-shape": (Severity.REFUSAL, "an operand's shape contradicts the declared scheme"),
+    "block-shape-indivisible": (
+        Severity.REFUSAL,
+        "a block-FP8 fused or MoE layer's shard size is no multiple of the weight block",
+    ),
     "no-arm": (Severity.REFUSAL, "the engine profile has no arm for the declared algorithm"),
     "declaration-unreadable": (
         Severity.REFUSAL,

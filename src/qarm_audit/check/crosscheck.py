@@ -22,7 +22,8 @@ class Operand:
     name: str
     dtypes: frozenset[str] | None
     shape: str
-    """``[]`` scalar (one element), ``out,in``, ``out,in/2``, ``out,in/g``, ``out``, ``any``."""
+    """``[]`` scalar (one element), ``out,in``, ``out,in/2``, ``out,in/g``, ``out``,
+    ``out/bn,in/bk`` (one per 2-D block, rounded up), ``any``."""
     required: bool = True
 
 
@@ -34,6 +35,8 @@ E8M0 = frozenset({"U8", "F8_E8M0"})
 def contract(scheme: Scheme) -> list[Operand] | None:
     """The operands a scheme's producer writes, or None when qarm has no contract for it."""
     static = scheme.static_activations
+    if scheme.producer == "fp8":
+        return _native_fp8(scheme)
     if scheme.producer == "modelopt":
         if scheme.family == "fp8":
             weight = Operand("weight", FP8_DTYPES, "out,in")
@@ -96,7 +99,30 @@ def contract(scheme: Scheme) -> list[Operand] | None:
     return None
 
 
-def _expected_shape(spec: str, out: int, inner: int, group: int | None) -> tuple[int, ...] | None:
+E4M3 = frozenset({"F8_E4M3"})
+
+
+def _native_fp8(scheme: Scheme) -> list[Operand]:
+    """vLLM's ``Fp8LinearMethod.create_weights``: an ``float8_e4m3fn`` weight; per block a
+    float32 ``weight_scale_inv`` of one scale per block (DeepGEMM's UE8M0 format, declared by
+    ``scale_fmt``, also as F8_E8M0, which loads into it exactly), else one float32
+    ``weight_scale`` and, for static activations, one ``input_scale``."""
+    weight = Operand("weight", E4M3, "out,in")
+    if scheme.block is not None:
+        dtypes = F32 | {"F8_E8M0"} if scheme.scale_format == "ue8m0" else F32
+        return [weight, Operand("weight_scale_inv", dtypes, "out/bn,in/bk")]
+    return [
+        weight,
+        Operand("weight_scale", F32, "[]"),
+        Operand("input_scale", F32, "[]", required=scheme.static_activations),
+    ]
+
+
+def _expected_shape(
+    spec: str, out: int, inner: int, group: int | None, block: tuple[int, int] | None = None
+) -> tuple[int, ...] | None:
+    if spec == "out/bn,in/bk" and block:
+        return (-(-out // block[0]), -(-inner // block[1]))
     if spec == "out,in":
         return (out, inner)
     if spec == "out,in/2":
@@ -108,7 +134,14 @@ def _expected_shape(spec: str, out: int, inner: int, group: int | None) -> tuple
     return None
 
 
-def _shape_ok(spec: str, entry: TensorEntry, out: int, inner: int, group: int | None) -> bool:
+def _shape_ok(
+    spec: str,
+    entry: TensorEntry,
+    out: int,
+    inner: int,
+    group: int | None,
+    block: tuple[int, int] | None = None,
+) -> bool:
     shape = entry.shape
     if spec == "any":
         return True
@@ -119,7 +152,7 @@ def _shape_ok(spec: str, entry: TensorEntry, out: int, inner: int, group: int | 
         return n == 1
     if spec == "out":
         return shape[-1:] == (out,) or shape[-2:] == (out, 1)
-    expected = _expected_shape(spec, out, inner, group)
+    expected = _expected_shape(spec, out, inner, group, block)
     return expected is None or shape[-2:] == expected
 
 
@@ -248,13 +281,20 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
                 )
             )
             continue
-        if dims is not None and not _shape_ok(operand.shape, entry, *dims, scheme.group_size):
+        if dims is not None and not _shape_ok(
+            operand.shape, entry, *dims, scheme.group_size, scheme.block
+        ):
             out.append(
                 finding(
                     "operand-shape",
                     f"{entry.name} has shape {list(entry.shape)}; {scheme.name} with weight "
                     f"[out={dims[0]}, in={dims[1]}] writes [{operand.shape}]"
-                    + (f" with group {scheme.group_size}" if "g" in operand.shape else ""),
+                    + (f" with group {scheme.group_size}" if "g" in operand.shape else "")
+                    + (
+                        f" with block {scheme.block[0]}x{scheme.block[1]}"
+                        if scheme.block and "bn" in operand.shape
+                        else ""
+                    ),
                     module=info.name,
                     tensor=entry.name,
                 )

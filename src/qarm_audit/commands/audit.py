@@ -8,6 +8,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
+from ..check.blocks import block_refusals
 from ..check.crosscheck import check_all
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
@@ -159,6 +160,7 @@ def _audit(
     alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
     spellings, refusals = check_all(declaration, modules, memberships, alike)
     findings.extend(refusals)
+    findings.extend(block_refusals(declaration, modules, memberships))
     if checkpoint.has_weights:
         findings.extend(
             finding(
@@ -489,6 +491,9 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
         rules["ignore"] = len(declaration.compressed_tensors.ignore)
         excludes = list(declaration.compressed_tensors.ignore)
         targets = dict(declaration.compressed_tensors.targets)
+    if declaration.fp8 is not None:
+        rules[declaration.fp8.ignored_key] = len(declaration.fp8.ignored)
+        excludes = list(declaration.fp8.ignored)
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,

@@ -319,7 +319,15 @@ def _keys(declaration: Declaration) -> dict[str, str | frozenset[str]]:
         "kv_cache": declaration.kv.algo if declaration.kv else "none",
         "group_size": ", ".join(str(g) for g in sizes) or "none",
         "schemes": frozenset(f"{s.name} ({s.declared_arm})" for s in declaration.schemes.values()),
-        "exclude": frozenset(mo.excludes if mo else ct.ignore if ct else ()),
+        "exclude": frozenset(
+            mo.excludes
+            if mo
+            else ct.ignore
+            if ct
+            else declaration.fp8.ignored
+            if declaration.fp8
+            else ()
+        ),
     }
     if mo is not None and mo.layers is not None:
         counts = Counter(mo.layers.values())

@@ -121,6 +121,10 @@ def trace(
         _trace_modelopt(log, declaration.modelopt, modules, info, split_star)
     elif declaration.compressed_tensors is not None:
         _trace_compressed_tensors(log, declaration.compressed_tensors, modules, info)
+    elif declaration.fp8 is not None:
+        from .explain_fp8 import trace_fp8
+
+        trace_fp8(log, declaration.fp8, modules, info)
     else:
         reason = f": {declaration.reason}" if declaration.reason else ""
         log.hit(

@@ -18,12 +18,14 @@ from ..errors import DeclarationError
 from ..findings import Finding, finding
 from ..sources.header import loads_strict
 from . import compressed_tensors as ct
+from . import fp8 as native_fp8
 from . import modelopt as mo
 from .schemes import Scheme, modelopt_scheme
 
 __all__ = [
     "CompressedTensorsRules",
     "Declaration",
+    "Fp8Rules",
     "KvDeclaration",
     "ModelOptRules",
     "Scheme",
@@ -49,6 +51,17 @@ class CompressedTensorsRules:
 
 
 @dataclass(frozen=True)
+class Fp8Rules:
+    """A native ``quant_method: fp8`` declaration: one scheme for every Linear and MoE layer the
+    engine builds with a quant method, but those ``ignored`` names."""
+
+    scheme: Scheme
+    ignored: tuple[str, ...]
+    ignored_key: str
+    """``ignored_layers`` or ``modules_to_not_convert``: the key the list was read from."""
+
+
+@dataclass(frozen=True)
 class KvDeclaration:
     algo: str
     """``FP8``, ``NVFP4``, ``INT8`` ..., as declared."""
@@ -58,8 +71,9 @@ class KvDeclaration:
 @dataclass(frozen=True)
 class Declaration:
     family: str
-    """``modelopt``, ``compressed-tensors``, ``none`` (declares no quantization, e.g. sparsity
-    only), ``absent`` (no declaration document at all) or ``unreadable``."""
+    """``modelopt``, ``compressed-tensors``, ``fp8`` (native ``quant_method: fp8``), ``none``
+    (declares no quantization, e.g. sparsity only), ``absent`` (no declaration document at
+    all) or ``unreadable``."""
     source: str
     """Which document (and key) the declaration was read from."""
     method: str | None = None
@@ -67,6 +81,7 @@ class Declaration:
     schemes: dict[str, Scheme] = field(default_factory=dict)
     modelopt: ModelOptRules | None = None
     compressed_tensors: CompressedTensorsRules | None = None
+    fp8: Fp8Rules | None = None
     kv: KvDeclaration | None = None
     producer: str | None = None
     findings: tuple[Finding, ...] = ()
@@ -85,7 +100,7 @@ class Declaration:
 
     @property
     def quantized(self) -> bool:
-        return self.family in ("modelopt", "compressed-tensors")
+        return self.family in ("modelopt", "compressed-tensors", "fp8")
 
 
 @dataclass(frozen=True)
@@ -361,6 +376,26 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
     )
 
 
+def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: native_fp8.Fp8Config = _validate(native_fp8.Fp8Config, candidate.block, candidate.where)
+    notes: list[Finding] = []
+    extras = _extras(parsed)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    scheme = native_fp8.to_scheme(parsed)
+    key, ignored = parsed.ignored
+    return Declaration(
+        "fp8",
+        candidate.where,
+        method="fp8",
+        algo="fp8",
+        schemes={scheme.name: scheme},
+        fp8=Fp8Rules(scheme=scheme, ignored=ignored, ignored_key=key),
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
 def _declaration_of(
     candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
 ) -> Declaration:
@@ -369,13 +404,15 @@ def _declaration_of(
         return _modelopt_declaration(candidate, considered, group_size)
     if method == "compressed-tensors":
         return _ct_declaration(candidate, considered)
+    if method == "fp8":
+        return _fp8_declaration(candidate, considered)
     return Declaration(
         "unreadable",
         candidate.where,
         method=method,
         considered=considered,
-        reason=f"quant_method {method!r}: qarm reads modelopt and "
-        "compressed-tensors declarations only",
+        reason=f"quant_method {method!r}: qarm reads modelopt, compressed-tensors and "
+        "fp8 declarations only",
     )
 
 

@@ -27,7 +27,7 @@ class Scheme:
 
     name: str
     producer: str
-    """``modelopt`` or ``compressed-tensors``."""
+    """``modelopt``, ``compressed-tensors`` or ``fp8`` (a native ``quant_method: fp8``)."""
     family: str
     """``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq`` or ``unknown``."""
     weight_bits: int | None
@@ -45,6 +45,10 @@ class Scheme:
     """compressed-tensors ``format`` of the group (or the whole config)."""
     algo: str = ""
     """The algorithm as written in the declaration (case kept)."""
+    block: tuple[int, int] | None = None
+    """A 2-D weight block [rows, columns] per scale (native FP8 ``weight_block_size``)."""
+    scale_format: str | None = None
+    """The scale format as declared (native FP8 ``scale_fmt``, e.g. ``ue8m0``)."""
 
     @property
     def declared_arm(self) -> str:
@@ -68,6 +72,8 @@ class Scheme:
         parts = [self.declared_arm]
         if self.weight_strategy:
             size = f" g{self.group_size}" if self.group_size else ""
+            if self.block:
+                size = f" {self.block[0]}x{self.block[1]}"
             parts.append(f"weights {self.weight_strategy}{size}")
         if self.activation_bits is not None:
             kind = {True: "dynamic", False: "static", "local": "local"}.get(

@@ -80,7 +80,8 @@ class Rule(BaseModel):
     """Declared weight strategies: ``tensor``, ``channel``, ``group``, ``block``,
     ``tensor_group``."""
     producer: list[str] | None = None
-    """Who wrote the declaration: ``modelopt`` or ``compressed-tensors``."""
+    """Who wrote the declaration: ``modelopt``, ``compressed-tensors`` or ``fp8`` (a native
+    ``quant_method: fp8``)."""
     mixed: bool | None = None
     """True when the module's algorithm comes from a ModelOpt MIXED_PRECISION map."""
     mixed_nvfp4: bool | None = None
@@ -171,6 +172,11 @@ class DeclarationError(BaseModel):
     producer: list[str] | None = None
     sparsity: bool | None = None
     """Holds when the declaration has (True) or has not (False) sparsity targets."""
+    declared_strategy: list[str] | None = None
+    """Holds when a declared scheme's weight strategy is one of these (``block``, ...)."""
+    static_activations: bool | None = None
+    """Holds when a declared scheme (of ``declared_strategy``, where given) has calibrated
+    static activation scales (True) or not (False)."""
     text: str
     """The engine's error text."""
     source: Source = None

@@ -16,7 +16,18 @@ from .profile import DeclarationError, LayerError, Profile
 def _holds(error: DeclarationError, declaration: Declaration) -> bool:
     if error.producer is not None and (declaration.method or "") not in error.producer:
         return False
-    return error.sparsity is None or error.sparsity == bool(declaration.sparsity_targets)
+    if error.sparsity is not None and error.sparsity != bool(declaration.sparsity_targets):
+        return False
+    if error.declared_strategy is None and error.static_activations is None:
+        return True
+    return any(
+        (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)
+        and (
+            error.static_activations is None
+            or error.static_activations == scheme.static_activations
+        )
+        for scheme in declaration.schemes.values()
+    )
 
 
 def declaration_refusals(profile: Profile, declaration: Declaration) -> list[Finding]:

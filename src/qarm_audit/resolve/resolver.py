@@ -108,6 +108,10 @@ def resolve(
         return _ModelOpt(declaration.modelopt, modules, split_star, tree).run()
     if declaration.compressed_tensors is not None:
         return _CompressedTensors(declaration.compressed_tensors, modules, tree).run()
+    if declaration.fp8 is not None:
+        from .fp8 import resolve_fp8  # fp8.py builds on this module's memberships
+
+        return resolve_fp8(declaration.fp8, modules)
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 
