@@ -1,8 +1,9 @@
 """A fast parse stands in for the strict parser only where it provably gives the same answer.
 
 Documents are parsed by orjson (``loads_fast``), headers and indexes by msgspec into typed
-entries (``_parse_fast``, ``_parse_typed``), when a cheap proof says the strict parser (Python's json with a duplicate-key hook, a surrogate walk,
-a digit limit, a container bound) would return exactly the same value; otherwise the strict
+entries (``_parse_fast``, ``_parse_typed``), when a cheap proof says the strict parser
+(Python's json with a duplicate-key hook, a surrogate walk, a digit limit, a container bound)
+would return exactly the same value; otherwise the strict
 parser runs and refuses by name. These properties feed hostile texts (duplicate keys at any
 depth, keys spelled by escapes, surrogates, big integers, -0, NaN, floats, odd whitespace) and
 check: whenever the fast path answers, the strict one answers the same, type for type; and the
