@@ -1301,3 +1301,24 @@ def test_check_all_on_modules_built_by_hand_without_a_layout() -> None:
     )
     assert {k: s.family for k, s in spellings.items()} == {"a.x": "none", "b.x": "fp8"}
     assert [(f.code, f.module) for f in found] == [("unquantized-ships-quantized", "b.x")]
+
+
+def test_every_mutation_of_the_checker_still_applies() -> None:
+    """scripts/check_mutations.py deletes each guarded branch by its exact text: a branch
+    rewritten since must have its mutation rewritten too, or the check would measure nothing."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "check_mutations", REPO / "scripts" / "check_mutations.py"
+    )
+    assert spec is not None and spec.loader is not None
+    checker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checker)
+    stale = [
+        (name, file)
+        for name, file, original, _ in checker.MUTATIONS
+        if (checker.SRC / file).read_text().count(original) != 1
+    ]
+    assert stale == []
