@@ -10,7 +10,7 @@ scale rounding when the config is loaded).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
@@ -50,34 +50,29 @@ def to_scheme(config: Fp8Config) -> Scheme:
     """The one scheme every quantized module of a native FP8 checkpoint holds."""
     block = config.weight_block_size
     dynamic = config.activation_scheme == "dynamic"
-    if block is not None:
-        n, k = block
-        return Scheme(
-            name=f"FP8_BLOCK_{n}x{k}",
-            producer="fp8",
-            family="fp8",
-            weight_bits=8,
-            weight_type="float",
-            weight_strategy="block",
-            activation_bits=8,
-            activation_type="float",
-            activation_dynamic=dynamic,
-            activation_strategy="group" if dynamic else "tensor",
-            block=(n, k),
-            scale_format=config.scale_fmt,
-            algo="fp8",
-        )
-    return Scheme(
-        name="FP8",
+    common: dict[str, Any] = dict(
         producer="fp8",
         family="fp8",
         weight_bits=8,
         weight_type="float",
-        weight_strategy="tensor",
         activation_bits=8,
         activation_type="float",
         activation_dynamic=dynamic,
-        activation_strategy=None if dynamic else "tensor",
         scale_format=config.scale_fmt,
         algo="fp8",
+    )
+    if block is not None:
+        n, k = block
+        return Scheme(
+            name=f"FP8_BLOCK_{n}x{k}",
+            weight_strategy="block",
+            activation_strategy="group" if dynamic else "tensor",
+            block=(n, k),
+            **common,
+        )
+    return Scheme(
+        name="FP8",
+        weight_strategy="tensor",
+        activation_strategy=None if dynamic else "tensor",
+        **common,
     )
