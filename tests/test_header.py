@@ -297,3 +297,19 @@ def test_a_negative_zero_offset_is_refused_as_the_safetensors_library_refuses_it
         struct.pack("<Q", len(header)) + header + b"\0" * 4
     )
     assert run("audit", tmp_path).exit_code != 2
+
+
+def test_an_index_naming_every_tensor_under_the_wrong_shard_is_refused(tmp_path: Path) -> None:
+    """As many names as the headers hold, each in some shard, but the index swaps two shards:
+    the count alone would pass it."""
+    first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    write_safetensors(tmp_path / first, {"a": ("F32", (2,))})
+    write_safetensors(tmp_path / second, {"b": ("F32", (2,))})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": second, "b": first}})
+    )
+    from qarm_audit import audit
+
+    report = audit(str(tmp_path))
+    assert [r.code for r in report.refusals] == ["index-disagrees"]
+    assert "not in the header of the shard they name" in report.refusals[0].message
