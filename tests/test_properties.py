@@ -270,3 +270,20 @@ def test_column_wise_layout_check_accepts_exactly_what_the_walk_accepts(
         assert walk == ("ok", None)
     else:
         assert walk[0] == "error"
+
+
+def test_a_layout_is_returned_in_data_order_ties_by_name() -> None:
+    """Empty tensors share an offset: the header's order is not data order then, and the
+    entries come back sorted (begin, end, name), as for a header listed out of order."""
+    from qarm_audit.sources.checkpoint import TensorEntry
+
+    given = [
+        TensorEntry("z", "F32", (0,), 0, 0),
+        TensorEntry("a", "F32", (0,), 0, 0),
+        TensorEntry("w", "F32", (1,), 0, 4),
+    ]
+    ordered = header_module.validate_layout(given, data_length=4, where="x")
+    assert [e.name for e in ordered] == ["a", "z", "w"]
+    shuffled = [given[2], given[1], given[0]]
+    ordered = header_module.validate_layout(shuffled, data_length=4, where="x")
+    assert [e.name for e in ordered] == ["a", "z", "w"]
