@@ -1322,3 +1322,26 @@ def test_every_mutation_of_the_checker_still_applies() -> None:
         if (checker.SRC / file).read_text().count(original) != 1
     ]
     assert stale == []
+
+
+def test_views_of_one_pattern_set_in_two_orders_each_take_their_own_first() -> None:
+    # the engine view tries targets in declaration order, the producer view sorted: each
+    # name is matched once for both, and each view still answers by its own order
+    engine = FirstMatch(["model\\..*", "model\\.layers\\..*", "model\\..*"], "targets")
+    producer = FirstMatch(sorted(set(engine.patterns)), "targets")
+    assert producer.shared is engine.shared
+    assert engine.first("model.layers.3.mlp") == 0
+    assert producer.first("model.layers.3.mlp") == 0  # "model\\..*" sorts first as well
+    assert FirstMatch(["model\\.layers\\..*", "model\\..*"], "targets").first("model.layers.3") == 0
+    assert FirstMatch(["model\\..*", "model\\.layers\\..*"], "targets").first("model.layers.3") == 0
+    assert FirstMatch(["lm", "model\\.layers\\..*", "model\\..*"], "targets").first("model.x") == 2
+
+
+def test_a_refusal_raises_only_where_it_comes_before_a_match_in_the_views_order() -> None:
+    name = "a" * 10 + "\n"  # not printable: the unsafe pattern would need Python's re
+    refusing_first = FirstMatch(["(a|aa)*$", "a+\\n"], "ignore")
+    with pytest.raises(PatternError):
+        refusing_first.first(name)
+    matching_first = FirstMatch(["a+\\n", "(a|aa)*$"], "ignore")
+    assert matching_first.shared is refusing_first.shared
+    assert matching_first.first(name) == 0

@@ -14,6 +14,7 @@ import fnmatch
 import functools
 import re
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any, TypeAlias, TypeVar
 
 import ahocorasick
@@ -22,6 +23,8 @@ from ..errors import PatternError
 from .regex_plan import Plan, plan, re2_match
 
 MAX_PATTERN_LENGTH = 4096
+MEMO_CAP = 1 << 22
+"""Names whose outcome one pattern set remembers (a million-tensor checkpoint has ~250k)."""
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
 """A quantified group whose body ends in a quantifier: the shape of catastrophic backtracking."""
 
@@ -144,7 +147,7 @@ class PrefixIndex:
         return found
 
 
-class FirstMatch:
+class _PatternSet:
     """The first pattern, in declaration order, that ``re.match``-es a name (start-anchored).
 
     Each pattern is planned once (:mod:`.regex_plan`): a name is tried only against the
@@ -157,6 +160,7 @@ class FirstMatch:
     def __init__(self, patterns: Sequence[str], where: str) -> None:
         self.patterns = list(patterns)
         self.where = where
+        self.memo: dict[str, _Outcome] = {}
         self.plans = [plan_user_regex(p, where) for p in self.patterns]
         self.python: dict[int, re.Pattern[str]] = {}
         """Python's compiled patterns, made where first needed (re2 takes most names)."""
@@ -173,6 +177,8 @@ class FirstMatch:
             for number, planned in enumerate(self.plans)
         ]
         """What matches a printable-ASCII name, per pattern: re2 wherever it can."""
+        self.alone: list[_Outcome] = [((n,), ()) for n in range(len(self.plans))]
+        """The outcome of a name only pattern ``n`` matches, made once."""
         self.always = [n for n, planned in enumerate(self.plans) if not planned.literals]
         by_literal: dict[str, list[int]] = {}
         for number, planned in enumerate(self.plans):
@@ -199,21 +205,36 @@ class FirstMatch:
             found.update(numbers)
         return sorted(found)
 
-    def first(self, name: str) -> int | None:
-        """Index of the first matching pattern, or None."""
+    def outcome(self, name: str) -> _Outcome:
+        """Every pattern that matches ``name`` and every one that refuses it (by number),
+        each tried once per name: the resolver and the producer view ask for the same
+        names, each in its own order."""
+        known = self.memo.get(name)
+        if known is not None:
+            return known
         numbers = self.candidates(name)
         if not numbers:
-            return None
-        if name.isascii() and name.isprintable():
+            found: _Outcome = _NO_MATCH
+        elif name.isascii() and name.isprintable():
             plain = self.plain
+            if len(numbers) == 1:
+                found = self.alone[numbers[0]] if plain[numbers[0]](name) else _NO_MATCH
+            else:
+                found = (tuple([n for n in numbers if plain[n](name)]), ())
+        else:
+            matches: list[int] = []
+            refusals: list[tuple[int, PatternError]] = []
             for number in numbers:
-                if plain[number](name):
-                    return number
-            return None
-        for number in numbers:
-            if self._match(number, name):
-                return number
-        return None
+                try:
+                    if self._match(number, name):
+                        matches.append(number)
+                except PatternError as exc:
+                    refusals.append((number, exc))
+            found = (tuple(matches), tuple(refusals))
+        if len(self.memo) >= MEMO_CAP:
+            self.memo.clear()  # a long-lived process audits many checkpoints: stay bounded
+        self.memo[name] = found
+        return found
 
     def _match(self, number: int, name: str) -> bool:
         planned = self.plans[number]
@@ -234,6 +255,59 @@ class FirstMatch:
         if compiled is None:
             compiled = self.python[number] = compile_user_regex(self.patterns[number], self.where)
         return compiled
+
+
+_Outcome: TypeAlias = tuple[tuple[int, ...], tuple[tuple[int, PatternError], ...]]
+"""What a name gave: the patterns that match it, and those that refuse it with their errors."""
+_NO_MATCH: _Outcome = ((), ())
+
+
+@functools.lru_cache(maxsize=4)
+def _pattern_set(patterns: tuple[str, ...], where: str) -> _PatternSet:
+    """One planned set per distinct pattern list (in sorted order), shared by every view."""
+    return _PatternSet(patterns, where)
+
+
+class FirstMatch:
+    """The first pattern, in the order given, that ``re.match``-es a name (start-anchored).
+
+    Each pattern is planned once (:mod:`.regex_plan`): a name is tried only against the
+    patterns whose required literals it holds (found by one Aho-Corasick pass over the name,
+    flat in the number of patterns) and those with none; each candidate is matched in re2
+    where re2 has the pattern's exact semantics for that name, else in Python's ``re`` where
+    that cannot backtrack catastrophically, else refused. No clock is involved: the same
+    patterns and names always give the same answer or the same refusal. Views of the same
+    patterns in another order share what each name matched."""
+
+    def __init__(self, patterns: Sequence[str], where: str) -> None:
+        self.patterns = list(patterns)
+        self.where = where
+        canonical = tuple(sorted(set(self.patterns)))
+        self.shared = _pattern_set(canonical, where)
+        place = {pattern: i for i, pattern in reversed(list(enumerate(self.patterns)))}
+        self.rank = [place[pattern] for pattern in canonical]
+        """This order's first place of each shared pattern."""
+
+    @property
+    def plans(self) -> list[Plan]:
+        return self.shared.plans
+
+    def first(self, name: str) -> int | None:
+        """Index of the first matching pattern, or None; a pattern that refuses the name
+        before any matches raises its refusal, as trying them in order would."""
+        matches, refusals = self.shared.outcome(name)
+        rank = self.rank
+        if not refusals:
+            if not matches:
+                return None
+            if len(matches) == 1:
+                return rank[matches[0]]
+            return min(rank[n] for n in matches)
+        first_match = min((rank[n] for n in matches), default=None)
+        place, error = min(((rank[n], exc) for n, exc in refusals), key=itemgetter(0))
+        if first_match is None or place < first_match:
+            raise error
+        return first_match
 
 
 class WildcardSet:
