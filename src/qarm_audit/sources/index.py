@@ -66,14 +66,16 @@ def _parse_typed(text: str) -> dict[str, Any] | None:
         return None
     weight_map = parsed.weight_map
     document: dict[str, Any] = {"weight_map": weight_map}
-    colons = 1 + len(weight_map) + "".join(weight_map).count(":")
-    colons += "".join(weight_map.values()).count(":")
+    keys = 1 + len(weight_map)  # each key's colon; strings' own colons are counted below
+    strings = [weight_map.keys(), weight_map.values()]
     if parsed.metadata is not msgspec.UNSET:
         metadata = parsed.metadata
         document["metadata"] = metadata
-        strings = [v for v in metadata.values() if type(v) is str]
-        colons += 1 + len(metadata) + "".join(metadata).count(":") + "".join(strings).count(":")
-    if text.count(":") != colons:
+        keys += 1 + len(metadata)
+        strings += [metadata.keys(), [v for v in metadata.values() if type(v) is str]]
+    colons = text.count(":")
+    # colons == keys proves it alone: no key was lost and no string holds a colon
+    if colons != keys and colons != keys + sum("".join(part).count(":") for part in strings):
         return None
     return document
 
