@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -67,7 +68,7 @@ def _parse_typed(text: str) -> dict[str, Any] | None:
     weight_map = parsed.weight_map
     document: dict[str, Any] = {"weight_map": weight_map}
     keys = 1 + len(weight_map)  # each key's colon; strings' own colons are counted below
-    strings = [weight_map.keys(), weight_map.values()]
+    strings: list[Iterable[str]] = [weight_map.keys(), weight_map.values()]
     if parsed.metadata is not msgspec.UNSET:
         metadata = parsed.metadata
         document["metadata"] = metadata
