@@ -240,7 +240,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      '    if raw.count(b":") != colons:',
      "    if False:"),
     ("document-duplicate-key-proof", "sources/header.py",
-     "    return colons == keys + sum(\"\".join(part).count(\":\") for part in texts)",
+     "    return colons == keys + sum(\"\".join(_strings(part)).count(\":\") for part in texts)",
      "    return True"),
     ("crosscheck-names-every-refused-member", "check/crosscheck.py",
      "        for member in group.members:\n            spellings[member.name], refusals",

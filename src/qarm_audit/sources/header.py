@@ -201,18 +201,19 @@ def _keys_and_colons(document: Any, colons: int) -> bool:
     lists and strings counted in bulk (in C); the strings only when some colon is not a key's
     (the colons equal the keys kept when no key was written twice and no string holds one)."""
     keys = 0
-    texts: list[Any] = []  # what holds the strings: key iterables and lists of strings
+    texts: list[Any] = []  # what holds the strings: key iterables, and levels holding strings
     level = [document]
     for _depth in range(FAST_DEPTH + 1):
         kinds = set(map(type, level))
         if float in kinds:
             return False
         if str in kinds:
-            texts.append([v for v in level if type(v) is str])
-        dicts = level if kinds == _DICT else [v for v in level if type(v) is dict]
-        lists = [] if kinds == _DICT else [v for v in level if type(v) is list]
-        if not dicts and not lists:
+            texts.append(level)  # its strings are picked out only if they must be counted
+        has_dicts, has_lists = dict in kinds, list in kinds
+        if not has_dicts and not has_lists:
             break
+        dicts = level if kinds == _DICT else [v for v in level if type(v) is dict]
+        lists = [v for v in level if type(v) is list] if has_lists else []
         keys += sum(map(len, dicts))
         texts.append(chain.from_iterable(dicts))
         level = list(chain(chain.from_iterable(map(dict.values, dicts)), *lists))
@@ -220,7 +221,14 @@ def _keys_and_colons(document: Any, colons: int) -> bool:
         return False
     if colons == keys:
         return True
-    return colons == keys + sum("".join(part).count(":") for part in texts)
+    return colons == keys + sum("".join(_strings(part)).count(":") for part in texts)
+
+
+def _strings(part: Any) -> Any:
+    """The strings of one level (a list of values), or the keys themselves (an iterable)."""
+    if type(part) is list:
+        return [v for v in part if type(v) is str]
+    return part
 
 
 def _check_containers(text: str, where: str, cap: int | None) -> None:
