@@ -63,6 +63,26 @@ def test_counted_words(tmp_path: Path, run) -> None:
     assert "1 shard verified" in table and "1 shards" not in table
 
 
+def test_counted_words_outside_the_audit_report(tmp_path: Path, run) -> None:
+    """The manifest and diff commands and the unread-files findings count in words too."""
+    t = llama(spell=fp8_modelopt, lm_head=fp8_modelopt("lm_head", 256, 64))
+    documents = {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"])}
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": t}, documents)
+    manifest = run("manifest", path, "-o", "-")
+    assert manifest.stderr.rstrip().endswith(" tensors in 1 shard"), manifest.stderr
+    diff = run("diff", path, path)
+    assert "in 1 shard)" in diff.stdout + diff.stderr
+    assert "1 shards" not in diff.stdout + diff.stderr
+    (path / "pytorch_model.bin").write_bytes(b"\0" * 16)
+    unread = json.loads(run("audit", path, "-f", "json").stdout)["warnings"]
+    (message,) = [w["message"] for w in unread if w["code"] == "weight-files-unread"]
+    assert message.startswith("1 weight file beside the 1 shard read was not audited: "), message
+    empty = write_checkpoint(tmp_path / "empty", {"model.safetensors": {}}, documents)
+    findings = json.loads(run("audit", empty, "-f", "json").stdout)["refusals"]
+    (message,) = [f["message"] for f in findings if f["code"] == "weights-unread"]
+    assert "(1 safetensors shard, 0 tensors)" in message, message
+
+
 def test_names_wrap_at_dots_at_80_columns(run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     table = run("audit", MTP, "--gpu", "sm70").stdout

@@ -483,7 +483,8 @@ def manifest_command(source: str, output: Path, force: bool, require_pinned: boo
         state, output = "wrote", Path("standard output")
     else:
         state = "wrote" if write_manifest(checkpoint, output, force=force) else "unchanged"
-    say(f"{state} {output}: {tensors} tensors in {len(checkpoint.shards)} shards")
+    shards = plural(len(checkpoint.shards), "shard")
+    say(f"{state} {output}: {plural(tensors, 'tensor')} in {shards}")
 
 
 @cli.command("schema", short_help="Print the JSON schema of audit --format json.")
