@@ -172,6 +172,29 @@ def test_vllm_backends_without_an_nvfp4_kernel_fall_back_to_auto(tmp_path: Path)
     )
 
 
+def test_vllm_hopper_runs_humming_for_nvfp4_moe_and_weight_only_nvfp4_from_0_32_0() -> None:
+    """prioritize_humming on sm90: the NVFP4 MoE oracle and the weight-only registry too."""
+    producers = REPO / "fixtures" / "producers"
+    for release, kernel in (("0.31.0", "Marlin"), ("0.32.0", "Humming"), ("0.33.0", "Humming")):
+        moe = audit(str(producers / "modelopt-moe-nvfp4"), gpu="H100", engine=f"vllm=={release}")
+        (experts,) = [a for a in moe.arms if a.kernel and a.kernel.endswith(" MoE")]
+        assert (experts.executed, experts.kernel) == ("W4A16-NVFP4", f"{kernel} MoE")
+        assert f"Using '{kernel.upper()}' NvFp4 MoE backend" in (experts.log or "")
+        dense = audit(
+            str(producers / "modelopt-w4a16-nvfp4"), gpu="H100", engine=f"vllm=={release}"
+        )
+        (row,) = dense.arms
+        assert (row.declared, row.executed, row.kernel) == ("W4A16-NVFP4", "W4A16-NVFP4", kernel)
+        assert row.log == f"Using {kernel}NvFp4LinearKernel for NVFP4 GEMM"
+    # a W4A4 checkpoint on sm90: Marlin's FP4 warning is promised only where Marlin runs, and
+    # its note says the log cannot tell the fallback from a genuine W4A16 checkpoint
+    humming = arm(audit(str(W4A4), gpu="H100"), "NVFP4", "sm90")
+    assert humming.note == "no 'native support for FP4' warning is printed: that is Marlin's"
+    marlin = arm(audit(str(W4A4), gpu="H100", engine="vllm==0.31.0"), "NVFP4", "sm90")
+    assert "Your GPU does not have native support for FP4" in (marlin.note or "")
+    assert "a genuine W4A16 checkpoint on Marlin prints the same two lines" in (marlin.note or "")
+
+
 def test_vllm_weight_only_fp8_runs_humming_on_every_gpu(tmp_path: Path) -> None:
     weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
     block = {
