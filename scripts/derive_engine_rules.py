@@ -28,7 +28,8 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     passes an ``input_schema``: W4A4 checkpoints keep NVFP4 activations where Humming can run
     them), ``humming_mxfp8_input_schema`` (the same of ``HummingMxfp8LinearKernel``),
     ``b12x_nvfp4_w4a16`` (``init_nvfp4_linear_kernel``'s weight-only kernels include B12X's),
-    ``linear_backends`` (the ``LinearBackend`` literal of ``config/kernel.py``); SGLang
+    ``linear_backends`` and ``moe_backends`` (the ``LinearBackend`` and ``MoEBackend``
+    literals of ``config/kernel.py``); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
     ``--fp4-gemm-backend marlin`` by running weight-only), ``fp4_gemm_backends`` (the
     ``Fp4GemmRunnerBackend`` values).
@@ -250,6 +251,7 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
     a16 = a16.split("a16_kernels = (", 1)[1].split(")", 1)[0] if "a16_kernels = (" in a16 else ""
     kernel_config = wheel.read("vllm/config/kernel.py") or ""
     backends = _literal(kernel_config, "LinearBackend")
+    moe = _literal(kernel_config, "MoEBackend")
     return {
         "humming_preferred": preferred,
         "humming_priority": bool(preferred) and "prioritize_humming(" in linear,
@@ -257,6 +259,7 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "humming_mxfp8_input_schema": schema_passed("mxfp8/humming.py"),
         "b12x_nvfp4_w4a16": "B12xNvFp4W4A16LinearKernel" in a16,
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
+        "moe_backends": list(moe) if isinstance(moe, tuple) else [],
     }
 
 

@@ -195,6 +195,32 @@ def test_vllm_hopper_runs_humming_for_nvfp4_moe_and_weight_only_nvfp4_from_0_32_
     assert "a genuine W4A16 checkpoint on Marlin prints the same two lines" in (marlin.note or "")
 
 
+def test_vllm_moe_backend_other_than_auto_makes_the_experts_unknown(run) -> None:
+    """--moe-backend is a vLLM flag the profile models only as auto: any other value (of the
+    release's own MoEBackend) leaves the experts without a prediction, never a confident arm;
+    the dense layers keep theirs."""
+    moe = REPO / "fixtures" / "producers" / "modelopt-moe-nvfp4"
+    auto = audit(str(moe), gpu="B200")
+    assert {a.executed for a in auto.arms} == {"W4A4-NVFP4"}
+    assert auto.engine.env["moe_backend"] == "auto"
+    marlin = audit(str(moe), gpu="B200", env={"moe_backend": "marlin"})
+    (experts,) = [a for a in marlin.arms if a.executed == "unknown"]
+    assert "--moe-backend other than auto are not modelled" in experts.reason
+    assert experts.source and "vllm/config/kernel.py@4ba787ec9 L" in experts.source
+    (dense,) = [a for a in marlin.arms if a.executed != "unknown"]
+    assert dense.executed == "W4A4-NVFP4" and "MoE" not in (dense.kernel or "MoE")
+    assert marlin.verdict == "clean" and marlin.warnings == []
+    # the choices are each release's own: 0.33.0 added aiter_triton_mxfp4_mxfp4
+    newest = run("audit", moe, "--env", "moe_backend=aiter_triton_mxfp4_mxfp4", "-f", "json")
+    assert newest.exit_code == 0, newest.stderr
+    old = run("audit", moe, "--engine", "vllm==0.31.0", "--env", "moe_backend=aiter_mega_moe")
+    assert old.exit_code == ExitCode.BAD_INPUT and "moe_backend=aiter_mega_moe" in old.stderr
+    for release in modelled_releases("vllm"):
+        facts = json.loads((RELEASES / f"vllm-{release}.json").read_text())["facts"]
+        choices = load_profile(f"vllm=={release}").env["moe_backend"].choices
+        assert choices == facts["moe_backends"] and choices and choices[0] == "auto"
+
+
 def test_vllm_weight_only_fp8_runs_humming_on_every_gpu(tmp_path: Path) -> None:
     weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
     block = {
