@@ -320,6 +320,39 @@ def test_sglang_modelopt_mxfp8_needs_sm100(tmp_path: Path) -> None:
     )
 
 
+def test_sglang_runner_backends_other_than_auto_are_unknown(run) -> None:
+    """--moe-runner-backend and --fp8-gemm-backend are modelled as auto only: any other value
+    of the release's choices gives the experts (or FP8 linears on sm89+) no prediction."""
+    producers = REPO / "fixtures" / "producers"
+    moe = str(producers / "modelopt-moe-nvfp4")
+    auto = audit(moe, engine="sglang", gpu="B200")
+    assert "unknown" not in {a.executed for a in auto.arms}
+    triton = audit(moe, engine="sglang", gpu="B200", env={"moe_runner_backend": "triton"})
+    (experts,) = [a for a in triton.arms if a.executed == "unknown"]
+    assert "--moe-runner-backend other than auto are not modelled" in experts.reason
+    assert experts.source and "arg_groups/choices.py@v0.5.23 L" in experts.source
+    assert {a.executed for a in triton.arms} == {"unknown", "W4A4-NVFP4"}
+    fp8 = str(producers / "modelopt-fp8")
+    assert {a.executed for a in audit(fp8, engine="sglang", gpu="H100").arms} == {"W8A8-FP8"}
+    cutlass = audit(fp8, engine="sglang", gpu="H100", env={"fp8_gemm_backend": "cutlass"})
+    assert {a.executed for a in cutlass.arms} == {"unknown"}
+    assert "--fp8-gemm-backend other than auto" in cutlass.arms[0].reason
+    marlin = {"fp8_gemm_backend": "cutlass", "SGLANG_FORCE_FP8_MARLIN": "1"}
+    forced = audit(fp8, engine="sglang", gpu="H100", env=marlin)
+    assert {a.executed for a in forced.arms} == {"W8A16-FP8"}
+    # the choices are each release's own: 0.5.23 added the LoRA runners
+    new = run("audit", moe, "--engine", "sglang", "--env", "moe_runner_backend=lora_triton")
+    assert new.exit_code == 0, new.stderr
+    old = run("audit", moe, "--engine", "sglang==0.5.22", "--env", "moe_runner_backend=lora_triton")
+    assert old.exit_code == ExitCode.BAD_INPUT and "moe_runner_backend=lora_triton" in old.stderr
+    for release in modelled_releases("sglang"):
+        facts = json.loads((RELEASES / f"sglang-{release}.json").read_text())["facts"]
+        env = load_profile(f"sglang=={release}").env
+        assert env["moe_runner_backend"].choices == facts["moe_runner_backends"]
+        assert env["fp8_gemm_backend"].choices == facts["fp8_gemm_backends"]
+        assert facts["moe_runner_backends"][0] == facts["fp8_gemm_backends"][0] == "auto"
+
+
 def mixed_map(algo_of: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n in range(2):
