@@ -361,6 +361,13 @@ def test_an_unreadable_source_is_an_error_annotation(run, workdir: Path, tmp_pat
     assert several.exit_code == ExitCode.BAD_INPUT
     assert several.stdout.count("::error title=qarm error::") == 1
     assert "::notice title=qarm audit::" in several.stdout
+    # in the order given: the first source's annotations and verdict, then the failed one's
+    lines = several.stdout.splitlines()
+    verdict = next(
+        i for i, line in enumerate(lines) if line.startswith("::notice title=qarm audit")
+    )
+    failed = next(i for i, line in enumerate(lines) if line.startswith("::error title=qarm error"))
+    assert verdict < failed, lines
 
 
 # --- annotations on the file, the cap, the summary of every source, step outputs -------------

@@ -370,7 +370,8 @@ class _AuditRun:
 
     def _failed(self, source: str, exc: QarmError, json_out: Output | None) -> None:
         if self.o.fmt == "github" and self.out.path is None:
-            echo(self.annotations.error(str(exc), source_file(source)))
+            # in the order given: after the annotations of the sources before it
+            self.texts.append(self.annotations.error(str(exc), source_file(source)))
         if self.summary:
             self.summaries.append(render_markdown_error(source, str(exc)) + "\n")
         self.failed += 1
