@@ -419,6 +419,19 @@ def test_a_tensor_finding_lands_on_its_row(tmp_path: Path, run, workdir: Path) -
     assert on_folder["file"] == f"{folder}/model.safetensors" and "line" not in on_folder
 
 
+def test_a_declaration_finding_of_a_folder_lands_on_its_config_file(tmp_path: Path, run) -> None:
+    t = llama(spell=fp8_modelopt)
+    folder = write_checkpoint(
+        tmp_path / "kv",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"], kv="FP8")},
+    )
+    lines = run("audit", folder, "-f", "github").stdout.splitlines()
+    (warning,) = [_annotation(line) for line in lines if line.startswith("::warning")]
+    assert warning["title"] == "qarm kv-scales-missing"
+    assert warning["file"] == f"{folder}/hf_quant_config.json" and "line" not in warning
+
+
 def _flood(tmp_path: Path) -> Path:
     from conftest import nvfp4_modelopt
 

@@ -114,6 +114,39 @@ def test_width_is_columns_or_wide_off_a_terminal(run, monkeypatch: pytest.Monkey
     assert 80 < max(len(line) for line in bordered) <= 120
 
 
+def test_on_a_terminal_the_table_is_the_terminal_s_width(tmp_path: Path) -> None:
+    """Without COLUMNS, the width of the terminal stdout is (a pseudo-terminal 90 wide)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 90, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent / "src")
+    command = [sys.executable, "-m", "qarm_audit", "audit", str(MTP), "--gpu", "sm70"]
+    child = subprocess.Popen(command, stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert child.wait(timeout=120) == 1
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8"))
+    bordered = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert bordered and max(len(line) for line in bordered) == 90
+
+
 def test_markdown_folds_the_arms_and_the_map(run) -> None:
     markdown = run("audit", W4A4, "--engine", "name-probe", "-f", "markdown", "--map").stdout
     arms = markdown.index("<details><summary>Arms (declared vs executed): ")
