@@ -487,6 +487,17 @@ def test_an_installed_modelled_release_is_used_and_named(machine: Path) -> None:
     assert other.engine.installed is None and other.engine.release_from == "newest"
 
 
+def test_an_installed_local_build_takes_its_release_s_profile(machine: Path) -> None:
+    """A wheel built locally or for a CUDA variant carries a local label: 0.31.0+cu129."""
+    fake_distribution(machine, "vllm", "0.31.0+cu129")
+    report = audit(str(W4A4), gpu="H100")
+    assert (report.engine.version, report.engine.installed) == ("v0.31.0", "0.31.0+cu129")
+    assert report.engine.release_from == "installed"
+    assert [n.code for n in report.notes if n.code.startswith("engine-")] == ["engine-installed"]
+    same = audit(str(W4A4), engine="vllm==0.31.0")
+    assert [n.code for n in same.notes if n.code.startswith("engine-")] == ["engine-installed"]
+
+
 def test_an_installed_unmodelled_release_is_said_plainly(machine: Path, run) -> None:
     fake_distribution(machine, "vllm", "0.29.1")
     report = audit(str(W4A4))
