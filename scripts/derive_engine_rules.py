@@ -28,10 +28,13 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     passes an ``input_schema``: W4A4 checkpoints keep NVFP4 activations where Humming can run
     them), ``humming_mxfp8_input_schema`` (the same of ``HummingMxfp8LinearKernel``),
     ``b12x_nvfp4_w4a16`` (``init_nvfp4_linear_kernel``'s weight-only kernels include B12X's),
-    ``linear_backends`` (the ``LinearBackend`` literal of ``config/kernel.py``); SGLang
+    ``linear_backends`` and ``moe_backends`` (the ``LinearBackend`` and ``MoEBackend``
+    literals of ``config/kernel.py``); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
     ``--fp4-gemm-backend marlin`` by running weight-only), ``fp4_gemm_backends`` (the
-    ``Fp4GemmRunnerBackend`` values).
+    ``Fp4GemmRunnerBackend`` values), ``moe_runner_backends`` and ``fp8_gemm_backends``
+    (``MOE_RUNNER_BACKEND_CHOICES`` and ``FP8_GEMM_RUNNER_BACKEND_CHOICES`` of
+    ``srt/arg_groups/choices.py``).
 ``anchors``
     ``"<path>#<anchor>"`` -> ``"L<first>-<last>"``: for every ``anchor`` of the profile's rules
     and load errors, the innermost statement of ``<path>`` holding a string that contains it
@@ -250,6 +253,7 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
     a16 = a16.split("a16_kernels = (", 1)[1].split(")", 1)[0] if "a16_kernels = (" in a16 else ""
     kernel_config = wheel.read("vllm/config/kernel.py") or ""
     backends = _literal(kernel_config, "LinearBackend")
+    moe = _literal(kernel_config, "MoEBackend")
     return {
         "humming_preferred": preferred,
         "humming_priority": bool(preferred) and "prioritize_humming(" in linear,
@@ -257,6 +261,7 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "humming_mxfp8_input_schema": schema_passed("mxfp8/humming.py"),
         "b12x_nvfp4_w4a16": "B12xNvFp4W4A16LinearKernel" in a16,
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
+        "moe_backends": list(moe) if isinstance(moe, tuple) else [],
     }
 
 
@@ -277,9 +282,14 @@ def _enum_values(text: str, name: str) -> list[str]:
 def _sglang_facts(wheel: Wheel) -> dict[str, Any]:
     ct = wheel.read("sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py")
     fp4 = wheel.read("sglang/srt/layers/quantization/fp4_utils.py") or ""
+    choices = wheel.read("sglang/srt/arg_groups/choices.py") or ""
+    moe = _literal(choices, "MOE_RUNNER_BACKEND_CHOICES") if choices else None
+    fp8 = _literal(choices, "FP8_GEMM_RUNNER_BACKEND_CHOICES") if choices else None
     return {
         "ct_w4a4_marlin_weight_only": "--fp4-gemm-backend marlin is weight-only" in (ct or ""),
         "fp4_gemm_backends": _enum_values(fp4, "Fp4GemmRunnerBackend"),
+        "moe_runner_backends": list(moe) if isinstance(moe, list | tuple) else [],
+        "fp8_gemm_backends": list(fp8) if isinstance(fp8, list | tuple) else [],
     }
 
 

@@ -73,6 +73,9 @@ def when(rule: Rule) -> str:
     for key, value in rule.env.items():
         shown = value if isinstance(value, str) else "\\|".join(value)
         parts.append(f"{key}={shown}")
+    for key, value in rule.env_not.items():
+        shown = value if isinstance(value, str) else "\\|".join(value)
+        parts.append(f"{key} not {shown}")
     if rule.gpu_min is not None and rule.gpu_max is not None:
         parts.append(
             f"sm{rule.gpu_min}"

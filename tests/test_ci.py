@@ -361,6 +361,13 @@ def test_an_unreadable_source_is_an_error_annotation(run, workdir: Path, tmp_pat
     assert several.exit_code == ExitCode.BAD_INPUT
     assert several.stdout.count("::error title=qarm error::") == 1
     assert "::notice title=qarm audit::" in several.stdout
+    # in the order given: the first source's annotations and verdict, then the failed one's
+    lines = several.stdout.splitlines()
+    verdict = next(
+        i for i, line in enumerate(lines) if line.startswith("::notice title=qarm audit")
+    )
+    failed = next(i for i, line in enumerate(lines) if line.startswith("::error title=qarm error"))
+    assert verdict < failed, lines
 
 
 # --- annotations on the file, the cap, the summary of every source, step outputs -------------
@@ -410,6 +417,19 @@ def test_a_tensor_finding_lands_on_its_row(tmp_path: Path, run, workdir: Path) -
     assert row.startswith(f'  "{refusal.tensor}\\t')
     on_folder = _annotation(run("audit", folder, "-f", "github").stdout.splitlines()[0])
     assert on_folder["file"] == f"{folder}/model.safetensors" and "line" not in on_folder
+
+
+def test_a_declaration_finding_of_a_folder_lands_on_its_config_file(tmp_path: Path, run) -> None:
+    t = llama(spell=fp8_modelopt)
+    folder = write_checkpoint(
+        tmp_path / "kv",
+        {"model.safetensors": t},
+        {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"], kv="FP8")},
+    )
+    lines = run("audit", folder, "-f", "github").stdout.splitlines()
+    (warning,) = [_annotation(line) for line in lines if line.startswith("::warning")]
+    assert warning["title"] == "qarm kv-scales-missing"
+    assert warning["file"] == f"{folder}/hf_quant_config.json" and "line" not in warning
 
 
 def _flood(tmp_path: Path) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import REPO
@@ -23,6 +25,26 @@ def test_readme_opens_with_the_two_commands() -> None:
     ]
     assert (REPO / "fixtures" / "manifests" / "seed-nvfp4-w4a4.manifest.json").is_file()
     assert "python -m pytest" in (REPO / ".ci" / "run").read_text()
+
+
+def test_readme_says_what_its_first_audit_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU: one warning, kv-scales-missing, exit 0; the sm80-sm90 fallback is a note."""
+    from click.testing import CliRunner
+
+    from qarm_audit.cli import cli
+
+    monkeypatch.setenv("QARM_GPU", "none")
+    monkeypatch.setenv("QARM_DETECT_ENGINE", "0")
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "That manifest passes with one warning, `kv-scales-missing`" in readme
+    assert "and exit code 0" in readme and "is a note, not a warning" in readme
+    seed = "fixtures/manifests/seed-nvfp4-w4a4.manifest.json"
+    result = CliRunner().invoke(cli, ["audit", str(REPO / seed), "-f", "json"])
+    assert result.exit_code == 0
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "warnings" and report["engine"]["gpu"] is None
+    assert [w["code"] for w in report["warnings"]] == ["kv-scales-missing"]
+    assert {n["code"] for n in report["notes"]} == {"arm-differs-on-some-gpus"}
 
 
 def _fenced(text: str, first_line: str) -> list[str]:

@@ -172,6 +172,55 @@ def test_vllm_backends_without_an_nvfp4_kernel_fall_back_to_auto(tmp_path: Path)
     )
 
 
+def test_vllm_hopper_runs_humming_for_nvfp4_moe_and_weight_only_nvfp4_from_0_32_0() -> None:
+    """prioritize_humming on sm90: the NVFP4 MoE oracle and the weight-only registry too."""
+    producers = REPO / "fixtures" / "producers"
+    for release, kernel in (("0.31.0", "Marlin"), ("0.32.0", "Humming"), ("0.33.0", "Humming")):
+        moe = audit(str(producers / "modelopt-moe-nvfp4"), gpu="H100", engine=f"vllm=={release}")
+        (experts,) = [a for a in moe.arms if a.kernel and a.kernel.endswith(" MoE")]
+        assert (experts.executed, experts.kernel) == ("W4A16-NVFP4", f"{kernel} MoE")
+        assert f"Using '{kernel.upper()}' NvFp4 MoE backend" in (experts.log or "")
+        dense = audit(
+            str(producers / "modelopt-w4a16-nvfp4"), gpu="H100", engine=f"vllm=={release}"
+        )
+        (row,) = dense.arms
+        assert (row.declared, row.executed, row.kernel) == ("W4A16-NVFP4", "W4A16-NVFP4", kernel)
+        assert row.log == f"Using {kernel}NvFp4LinearKernel for NVFP4 GEMM"
+    # a W4A4 checkpoint on sm90: Marlin's FP4 warning is promised only where Marlin runs, and
+    # its note says the log cannot tell the fallback from a genuine W4A16 checkpoint
+    humming = arm(audit(str(W4A4), gpu="H100"), "NVFP4", "sm90")
+    assert humming.note == "no 'native support for FP4' warning is printed: that is Marlin's"
+    marlin = arm(audit(str(W4A4), gpu="H100", engine="vllm==0.31.0"), "NVFP4", "sm90")
+    assert "Your GPU does not have native support for FP4" in (marlin.note or "")
+    assert "a genuine W4A16 checkpoint on Marlin prints the same two lines" in (marlin.note or "")
+
+
+def test_vllm_moe_backend_other_than_auto_makes_the_experts_unknown(run) -> None:
+    """--moe-backend is a vLLM flag the profile models only as auto: any other value (of the
+    release's own MoEBackend) leaves the experts without a prediction, never a confident arm;
+    the dense layers keep theirs."""
+    moe = REPO / "fixtures" / "producers" / "modelopt-moe-nvfp4"
+    auto = audit(str(moe), gpu="B200")
+    assert {a.executed for a in auto.arms} == {"W4A4-NVFP4"}
+    assert auto.engine.env["moe_backend"] == "auto"
+    marlin = audit(str(moe), gpu="B200", env={"moe_backend": "marlin"})
+    (experts,) = [a for a in marlin.arms if a.executed == "unknown"]
+    assert "--moe-backend other than auto are not modelled" in experts.reason
+    assert experts.source and "vllm/config/kernel.py@4ba787ec9 L" in experts.source
+    (dense,) = [a for a in marlin.arms if a.executed != "unknown"]
+    assert dense.executed == "W4A4-NVFP4" and "MoE" not in (dense.kernel or "MoE")
+    assert marlin.verdict == "clean" and marlin.warnings == []
+    # the choices are each release's own: 0.33.0 added aiter_triton_mxfp4_mxfp4
+    newest = run("audit", moe, "--env", "moe_backend=aiter_triton_mxfp4_mxfp4", "-f", "json")
+    assert newest.exit_code == 0, newest.stderr
+    old = run("audit", moe, "--engine", "vllm==0.31.0", "--env", "moe_backend=aiter_mega_moe")
+    assert old.exit_code == ExitCode.BAD_INPUT and "moe_backend=aiter_mega_moe" in old.stderr
+    for release in modelled_releases("vllm"):
+        facts = json.loads((RELEASES / f"vllm-{release}.json").read_text())["facts"]
+        choices = load_profile(f"vllm=={release}").env["moe_backend"].choices
+        assert choices == facts["moe_backends"] and choices and choices[0] == "auto"
+
+
 def test_vllm_weight_only_fp8_runs_humming_on_every_gpu(tmp_path: Path) -> None:
     weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
     block = {
@@ -269,6 +318,39 @@ def test_sglang_modelopt_mxfp8_needs_sm100(tmp_path: Path) -> None:
     assert arm(audit(str(path), engine="sglang", gpu="B200"), "MXFP8", "sm100").executed == (
         "W8A8-MXFP8"
     )
+
+
+def test_sglang_runner_backends_other_than_auto_are_unknown(run) -> None:
+    """--moe-runner-backend and --fp8-gemm-backend are modelled as auto only: any other value
+    of the release's choices gives the experts (or FP8 linears on sm89+) no prediction."""
+    producers = REPO / "fixtures" / "producers"
+    moe = str(producers / "modelopt-moe-nvfp4")
+    auto = audit(moe, engine="sglang", gpu="B200")
+    assert "unknown" not in {a.executed for a in auto.arms}
+    triton = audit(moe, engine="sglang", gpu="B200", env={"moe_runner_backend": "triton"})
+    (experts,) = [a for a in triton.arms if a.executed == "unknown"]
+    assert "--moe-runner-backend other than auto are not modelled" in experts.reason
+    assert experts.source and "arg_groups/choices.py@v0.5.23 L" in experts.source
+    assert {a.executed for a in triton.arms} == {"unknown", "W4A4-NVFP4"}
+    fp8 = str(producers / "modelopt-fp8")
+    assert {a.executed for a in audit(fp8, engine="sglang", gpu="H100").arms} == {"W8A8-FP8"}
+    cutlass = audit(fp8, engine="sglang", gpu="H100", env={"fp8_gemm_backend": "cutlass"})
+    assert {a.executed for a in cutlass.arms} == {"unknown"}
+    assert "--fp8-gemm-backend other than auto" in cutlass.arms[0].reason
+    marlin = {"fp8_gemm_backend": "cutlass", "SGLANG_FORCE_FP8_MARLIN": "1"}
+    forced = audit(fp8, engine="sglang", gpu="H100", env=marlin)
+    assert {a.executed for a in forced.arms} == {"W8A16-FP8"}
+    # the choices are each release's own: 0.5.23 added the LoRA runners
+    new = run("audit", moe, "--engine", "sglang", "--env", "moe_runner_backend=lora_triton")
+    assert new.exit_code == 0, new.stderr
+    old = run("audit", moe, "--engine", "sglang==0.5.22", "--env", "moe_runner_backend=lora_triton")
+    assert old.exit_code == ExitCode.BAD_INPUT and "moe_runner_backend=lora_triton" in old.stderr
+    for release in modelled_releases("sglang"):
+        facts = json.loads((RELEASES / f"sglang-{release}.json").read_text())["facts"]
+        env = load_profile(f"sglang=={release}").env
+        assert env["moe_runner_backend"].choices == facts["moe_runner_backends"]
+        assert env["fp8_gemm_backend"].choices == facts["fp8_gemm_backends"]
+        assert facts["moe_runner_backends"][0] == facts["fp8_gemm_backends"][0] == "auto"
 
 
 def mixed_map(algo_of: dict[str, str]) -> dict[str, Any]:
@@ -403,6 +485,17 @@ def test_an_installed_modelled_release_is_used_and_named(machine: Path) -> None:
     # sglang is not installed: its profile is the newest, and nothing is said about vllm
     other = audit(str(W4A4), engine="sglang")
     assert other.engine.installed is None and other.engine.release_from == "newest"
+
+
+def test_an_installed_local_build_takes_its_release_s_profile(machine: Path) -> None:
+    """A wheel built locally or for a CUDA variant carries a local label: 0.31.0+cu129."""
+    fake_distribution(machine, "vllm", "0.31.0+cu129")
+    report = audit(str(W4A4), gpu="H100")
+    assert (report.engine.version, report.engine.installed) == ("v0.31.0", "0.31.0+cu129")
+    assert report.engine.release_from == "installed"
+    assert [n.code for n in report.notes if n.code.startswith("engine-")] == ["engine-installed"]
+    same = audit(str(W4A4), engine="vllm==0.31.0")
+    assert [n.code for n in same.notes if n.code.startswith("engine-")] == ["engine-installed"]
 
 
 def test_an_installed_unmodelled_release_is_said_plainly(machine: Path, run) -> None:

@@ -353,6 +353,9 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
             if wanted is not None
             else [setting.default, *(c for c in setting.choices or () if c != setting.default)]
         )
+        unwanted = rule.env_not.get(key, [])
+        unwanted = [unwanted] if isinstance(unwanted, str) else unwanted
+        values = [v for v in values if v not in unwanted] or ["zzz"]
         envs = [{**e, key: v} for e in envs for v in values]
     kinds = [(family, arm, algo)]
     if not (rule.declared_family or rule.declared_arm or rule.declared_algo):
@@ -448,6 +451,9 @@ def flips(profile: Profile, rule: Rule) -> list[tuple[str, View, dict[str, str],
         choices = profile.env[key].choices or ["0", "1", "zzz"]
         other = next(c for c in choices if c not in values)
         out.append((f"env {key}", view, {**env, key: other}, gpu))
+    for key, unwanted in rule.env_not.items():
+        values = [unwanted] if isinstance(unwanted, str) else unwanted
+        out.append((f"env_not {key}", view, {**env, key: values[0]}, gpu))
     if rule.gpu_min is not None:
         out.append(("gpu_min", view, env, rule.gpu_min - 1))
     if rule.gpu_max is not None:
@@ -1044,8 +1050,8 @@ def test_a_lone_legacy_w4a16_declaration_is_refused_by_vllm(tmp_path: Path) -> N
 def test_markdown_shows_the_engine_version_routing_and_log(run) -> None:
     text = run("audit", W4A4, "--gpu", "sm90", "-f", "markdown").stdout
     assert (
-        "engine profile `vllm` v0.33.0 (routing by declared) (linear_backend=auto), GPU sm90"
-        in text
+        "engine profile `vllm` v0.33.0 (routing by declared) "
+        "(linear_backend=auto, moe_backend=auto), GPU sm90" in text
     )
     assert "  - engine log: `Using HummingNvFp4LinearKernel for NVFP4 GEMM`" in text
     assert render_markdown(audit(str(W4A4))) == render_markdown(audit(str(W4A4)))

@@ -63,6 +63,26 @@ def test_counted_words(tmp_path: Path, run) -> None:
     assert "1 shard verified" in table and "1 shards" not in table
 
 
+def test_counted_words_outside_the_audit_report(tmp_path: Path, run) -> None:
+    """The manifest and diff commands and the unread-files findings count in words too."""
+    t = llama(spell=fp8_modelopt, lm_head=fp8_modelopt("lm_head", 256, 64))
+    documents = {"hf_quant_config.json": modelopt_file("FP8", ["lm_head"])}
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": t}, documents)
+    manifest = run("manifest", path, "-o", "-")
+    assert manifest.stderr.rstrip().endswith(" tensors in 1 shard"), manifest.stderr
+    diff = run("diff", path, path)
+    assert "in 1 shard)" in diff.stdout + diff.stderr
+    assert "1 shards" not in diff.stdout + diff.stderr
+    (path / "pytorch_model.bin").write_bytes(b"\0" * 16)
+    unread = json.loads(run("audit", path, "-f", "json").stdout)["warnings"]
+    (message,) = [w["message"] for w in unread if w["code"] == "weight-files-unread"]
+    assert message.startswith("1 weight file beside the 1 shard read was not audited: "), message
+    empty = write_checkpoint(tmp_path / "empty", {"model.safetensors": {}}, documents)
+    findings = json.loads(run("audit", empty, "-f", "json").stdout)["refusals"]
+    (message,) = [f["message"] for f in findings if f["code"] == "weights-unread"]
+    assert "(1 safetensors shard, 0 tensors)" in message, message
+
+
 def test_names_wrap_at_dots_at_80_columns(run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     table = run("audit", MTP, "--gpu", "sm70").stdout
@@ -92,6 +112,39 @@ def test_width_is_columns_or_wide_off_a_terminal(run, monkeypatch: pytest.Monkey
     wide = run("audit", MTP, "--gpu", "sm70").stdout  # not a terminal, no COLUMNS
     bordered = [line for line in wide.splitlines() if line[:1] in "┏┃┡│└"]
     assert 80 < max(len(line) for line in bordered) <= 120
+
+
+def test_on_a_terminal_the_table_is_the_terminal_s_width(tmp_path: Path) -> None:
+    """Without COLUMNS, the width of the terminal stdout is (a pseudo-terminal 90 wide)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 90, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent / "src")
+    command = [sys.executable, "-m", "qarm_audit", "audit", str(MTP), "--gpu", "sm70"]
+    child = subprocess.Popen(command, stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert child.wait(timeout=120) == 1
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8"))
+    bordered = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert bordered and max(len(line) for line in bordered) == 90
 
 
 def test_markdown_folds_the_arms_and_the_map(run) -> None:

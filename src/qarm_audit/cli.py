@@ -370,7 +370,8 @@ class _AuditRun:
 
     def _failed(self, source: str, exc: QarmError, json_out: Output | None) -> None:
         if self.o.fmt == "github" and self.out.path is None:
-            echo(self.annotations.error(str(exc), source_file(source)))
+            # in the order given: after the annotations of the sources before it
+            self.texts.append(self.annotations.error(str(exc), source_file(source)))
         if self.summary:
             self.summaries.append(render_markdown_error(source, str(exc)) + "\n")
         self.failed += 1
@@ -483,7 +484,8 @@ def manifest_command(source: str, output: Path, force: bool, require_pinned: boo
         state, output = "wrote", Path("standard output")
     else:
         state = "wrote" if write_manifest(checkpoint, output, force=force) else "unchanged"
-    say(f"{state} {output}: {tensors} tensors in {len(checkpoint.shards)} shards")
+    shards = plural(len(checkpoint.shards), "shard")
+    say(f"{state} {output}: {plural(tensors, 'tensor')} in {shards}")
 
 
 @cli.command("schema", short_help="Print the JSON schema of audit --format json.")

@@ -22,6 +22,7 @@ from ..findings import Finding, Severity, finding
 from ..layers import build_tree, layer_facts, read_model_config, tree_findings
 from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import WEIGHT_NAMES, OperandKind, classify_operand
+from ..report.group import plural
 from ..report.model import (
     Bucket,
     DeclarationInfo,
@@ -305,7 +306,7 @@ def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
         return [
             finding(
                 "weights-unread",
-                f"{origin.location}: no tensor was read ({len(read)} safetensors shards, "
+                f"{origin.location}: no tensor was read ({plural(len(read), 'safetensors shard')}, "
                 f"0 tensors){where}; nothing the declaration says was checked",
             )
         ]
@@ -328,8 +329,8 @@ def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
         out.append(
             finding(
                 "weight-files-unread",
-                f"{len(rest)} weight files beside the {len(read)} shards read were not "
-                f"audited: {shown}",
+                f"{plural(len(rest), 'weight file')} beside the {plural(len(read), 'shard')} read "
+                f"{'was' if len(rest) == 1 else 'were'} not audited: {shown}",
             )
         )
     return out

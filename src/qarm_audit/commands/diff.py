@@ -25,6 +25,7 @@ from ..report.diff_model import (
     SideInfo,
     TensorChange,
 )
+from ..report.group import plural
 from ..report.model import Report
 from ..resolve.resolver import EXCLUDED, UNLISTED
 from ..sources import Checkpoint, open_source
@@ -187,8 +188,9 @@ def _layout(
     lines: list[str] = []
     if not identical:
         lines.append(
-            f"A: {len(a_shards)} shards ({' + '.join(str(s.names) for s in a_shards) or '0'} "
-            f"names); B: {len(b_shards)} shards "
+            f"A: {plural(len(a_shards), 'shard')} "
+            f"({' + '.join(str(s.names) for s in a_shards) or '0'} names); "
+            f"B: {plural(len(b_shards), 'shard')} "
             f"({' + '.join(str(s.names) for s in b_shards) or '0'} names)"
         )
         short = {s.file: s for s in b_shards}
@@ -388,7 +390,7 @@ def summary_line(report: DiffReport) -> str:
     if report.identical:
         return (
             f"B = A: identical names, dtypes, shapes, declarations and layout "
-            f"({report.a.tensors} names in {report.a.shards} shards)"
+            f"({plural(report.a.tensors, 'name')} in {plural(report.a.shards, 'shard')})"
         )
     lead = "B = A"
     if not layout.identical:

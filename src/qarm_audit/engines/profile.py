@@ -105,6 +105,8 @@ class Rule(BaseModel):
     # --- conditions on the engine and the GPU -----------------------------------------------
     env: dict[str, str | list[str]] = Field(default_factory=dict)
     """Setting -> the value (or any of the values) it must have."""
+    env_not: dict[str, str | list[str]] = Field(default_factory=dict)
+    """Setting -> the value (or values) it must not have: a value the profile does not model."""
     gpu_min: int | None = None
     """Lowest compute capability (as 80, 90, 100 ...) the rule applies to, inclusive."""
     gpu_max: int | None = None
@@ -224,7 +226,7 @@ class Profile(BaseModel):
     @model_validator(mode="after")
     def _rules_name_known_settings(self) -> Profile:
         for i, rule in enumerate(self.rules):
-            for key, wanted in rule.env.items():
+            for key, wanted in [*rule.env.items(), *rule.env_not.items()]:
                 if key not in self.env:
                     raise ValueError(f"rules[{i}] conditions on unknown setting {key!r}")
                 choices = self.env[key].choices
@@ -308,6 +310,10 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
 
     listed = ("rules", "load_errors", "declaration_errors", "layer_errors")
     out = {k: v for k, v in data.items() if k not in listed}
+    # a setting whose values differ per release takes them from the release's facts
+    out["env"] = {
+        key: _release_choices(setting, known, where) for key, setting in data.get("env", {}).items()
+    }
     for key in ("description", "layers"):
         if isinstance(out.get(key), str):
             out[key] = _fill(out[key], release, commit)
@@ -320,6 +326,16 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     for key in ("declaration_errors", "layer_errors"):
         out[key] = [d for d in map(item, data.get(key, [])) if d is not None]
     return out
+
+
+def _release_choices(setting: dict[str, Any], known: dict[str, Any], where: str) -> Any:
+    setting = dict(setting)
+    fact = setting.pop("choices_fact", None)
+    if fact is not None:
+        if not isinstance(known.get(fact), list):
+            raise ProfileError(where, f"the release facts have no list {fact!r}")
+        setting["choices"] = known[fact]
+    return setting
 
 
 def _layer_facts_available() -> set[str]:
@@ -455,6 +471,7 @@ def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
         and all(op in view.operands for op in rule.operands_present)
         and not any(op in view.operands for op in rule.operands_absent)
         and all(_env_holds(env, k, v) for k, v in rule.env.items())
+        and not any(_env_holds(env, k, v) for k, v in rule.env_not.items())
     ):
         return False
     if rule.gpu_min is None and rule.gpu_max is None:
