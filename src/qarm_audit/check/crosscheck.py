@@ -136,12 +136,15 @@ def _bitsandbytes(scheme: Scheme) -> list[Operand]:
             Operand("weight_format", U8, "[]", required=False),
         ]
     double = scheme.format == "double-quant"
+    nested = [
+        Operand("weight.nested_absmax", F32, "any"),
+        Operand("weight.nested_quant_map", F32, "any"),
+    ]
     return [
         Operand("weight", U8, "any"),
         Operand("weight.absmax", U8 if double else F32, "any"),
         Operand("weight.quant_map", F32, "any"),
-        Operand("weight.nested_absmax", F32, "any", required=double),
-        Operand("weight.nested_quant_map", F32, "any", required=double),
+        *(nested if double else []),
         Operand(f"weight.quant_state.bitsandbytes__{scheme.algo}", U8, "any"),
     ]
 

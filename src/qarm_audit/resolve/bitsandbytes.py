@@ -54,17 +54,27 @@ def resolve_bnb(rules: BnbRules, modules: Mapping[str, ModuleInfo]) -> Resolutio
     return out
 
 
+def bnb_kind(info: ModuleInfo) -> str:
+    """The layer's kind as the engine sees it; with no layer tree a head is still
+    ``ParallelLMHead``, no ``LinearBase``."""
+    kind = info.layer_kind or info.kind
+    if kind == "linear" and not info.layer_class and info.leaf == "lm_head":
+        return "lm_head"
+    return kind
+
+
 def _layer(info: ModuleInfo, engine_name: str, rules: BnbRules, scheme: str) -> Membership:
+    kind = bnb_kind(info)
+    skipped = skipped_by(engine_name, rules.skip_modules) if kind in LINEAR_KINDS else None
+    if skipped is not None:
+        return skipped
     override = layer_override(info)
     if override is not None:
         return override
-    kind = info.layer_kind or info.kind
     if kind == "experts":
         return Membership(scheme, "class", "FusedMoE")
     if kind in LINEAR_KINDS:
-        return skipped_by(engine_name, rules.skip_modules) or Membership(
-            scheme, "class", "LinearBase"
-        )
+        return Membership(scheme, "class", "LinearBase")
     if kind in ("embedding", "lm_head"):
         return Membership(UNLISTED, "not-a-linear", info.layer_class or kind)
     return Membership(UNLISTED, "none")

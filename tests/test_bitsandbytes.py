@@ -1,0 +1,212 @@
+"""``quant_method: bitsandbytes`` checkpoints written by transformers' own bitsandbytes quantizer
+(fixtures/producers/make_bitsandbytes.py): the declaration, the dotted 4-bit operands kept with
+their module, membership as ``is_layer_skipped_bnb`` decides it, every tensor against what the
+producer writes, and vLLM's refusal of the method. A defect is planted by rewriting a genuine
+checkpoint's header and bytes with the safetensors library."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from qarm_audit import audit
+from qarm_audit.modules.inventory import build_inventory
+from qarm_audit.sources.checkpoint import TensorEntry
+from test_producers import Tensors, drop, plant, zeros
+
+CORPUS = REPO / "fixtures" / "producers"
+NF4 = "transformers-bnb-nf4-llama"
+DQ = "transformers-bnb-nf4-dq-llama"
+FP4 = "transformers-bnb-fp4-llama"
+INT8 = "transformers-bnb-int8-llama"
+SKIP = "transformers-bnb-nf4-skip-llama"
+MOE = "transformers-bnb-nf4-qwen3moe"
+DOWN = "model.layers.0.mlp.down_proj"
+Q4 = ".weight.quant_state.bitsandbytes__"
+
+
+def refusals(folder: Path | str, engine: str = "sglang") -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for r in audit(str(folder), engine=engine).refusals:
+        out.setdefault(r.code, set()).add(r.module)
+    return out
+
+
+def buckets(folder: Path | str, engine: str = "sglang") -> dict[str, tuple[int, int]]:
+    report = audit(str(folder), engine=engine)
+    assert sum(b.tensors for b in report.buckets) == report.totals.tensors
+    assert sum(b.modules for b in report.buckets) == report.totals.modules
+    return {b.scheme: (b.tensors, b.modules) for b in report.buckets if b.tensors}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (NF4, {"BNB_NF4": (56, 14), "unlisted": (7, 7)}),
+        (DQ, {"BNB_NF4_DQ": (84, 14), "unlisted": (7, 7)}),
+        (FP4, {"BNB_FP4": (56, 14), "unlisted": (7, 7)}),
+        (INT8, {"BNB_INT8": (42, 14), "unlisted": (7, 7)}),
+        (SKIP, {"BNB_NF4": (48, 12), "excluded": (2, 2), "unlisted": (7, 7)}),
+    ],
+)
+def test_genuine_bitsandbytes_checkpoint_audits_clean(
+    name: str, expected: dict[str, tuple[int, int]]
+) -> None:
+    assert refusals(CORPUS / name) == {}
+    assert buckets(CORPUS / name) == expected
+
+
+def test_skip_modules_match_a_component_of_the_engine_layer_name() -> None:
+    report = audit(str(CORPUS / SKIP), engine="sglang")
+    rows = {r["module"]: r for r in report.modules}
+    down = rows[DOWN]
+    assert (down["bucket"], down["how"], down["rule"]) == ("excluded", "component", "down_proj")
+    assert rows["lm_head"]["bucket"] == "unlisted"  # ParallelLMHead: no LinearBase
+
+
+def test_dotted_operands_belong_to_their_module() -> None:
+    report = audit(str(CORPUS / DQ), engine="sglang")
+    assert report.totals.modules == 21  # 14 linears, 2x2 norms, norm, embedding, head
+    assert {b.scheme: b.tensors for b in report.buckets}["unclassified"] == 0
+
+
+def test_only_bitsandbytes_parts_are_joined() -> None:
+    def entry(name: str) -> TensorEntry:
+        return TensorEntry(name, "F32", (4,), 0, 16)
+
+    names = [
+        "a.weight",
+        "a.weight.absmax",
+        "a.weight.quant_state.bitsandbytes__nf4",
+        "b.weight.absmax",
+        "b.weight.other",  # a module named weight holding a non-bnb tensor: left alone
+        "c.weight",
+    ]
+    modules = build_inventory(entry(n) for n in names)
+    assert sorted(modules) == ["a", "b.weight", "c"]
+    assert list(modules["a"].operands) == [
+        "weight",
+        "weight.absmax",
+        "weight.quant_state.bitsandbytes__nf4",
+    ]
+
+
+def test_moe_experts_left_unquantized_by_transformers_are_refused() -> None:
+    """transformers 5 holds Qwen3-MoE experts as one 3-D parameter, which its bitsandbytes
+    quantizer (nn.Linear only) leaves BF16; the engine's FusedMoE takes the bitsandbytes method
+    without asking any skip rule, so it expects packed experts."""
+    found = refusals(CORPUS / MOE)
+    assert set(found) == {"quantized-ships-unquantized"}
+    assert "model.layers.0.mlp.experts.0.gate_proj" in found["quantized-ships-unquantized"]
+    assert not any("self_attn" in m for m in found["quantized-ships-unquantized"])
+
+
+@pytest.mark.parametrize("release", ["0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+def test_vllm_has_no_bitsandbytes_method(release: str, run: Any) -> None:
+    result = run("audit", CORPUS / NF4, "-f", "json", f"--engine=vllm=={release}")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert {a["executed"] for a in report["arms"]} == {"none"}
+    assert "Unknown quantization method: bitsandbytes" in result.stdout
+
+
+# --- each way a bitsandbytes checkpoint goes wrong, refused by name ----------------------------
+
+
+def test_plain_weight_where_the_declaration_quantizes(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        drop(t, DOWN)
+        t[f"{DOWN}.weight"] = zeros("BF16", (64, 128))
+
+    assert refusals(plant(tmp_path, NF4, edit)) == {"quantized-ships-unquantized": {DOWN}}
+
+
+def test_unpacked_weight_beside_its_quant_state(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.weight"] = zeros("BF16", (64, 128))
+
+    assert refusals(plant(tmp_path, NF4, edit)) == {"operand-dtype": {DOWN}}
+
+
+@pytest.mark.parametrize("operand", ["weight.absmax", "weight.quant_state.bitsandbytes__nf4"])
+def test_missing_quant_state_operand(tmp_path: Path, operand: str) -> None:
+    def edit(t: Tensors) -> None:
+        del t[f"{DOWN}.{operand}"]
+
+    assert refusals(plant(tmp_path, NF4, edit)) == {"operand-missing": {DOWN}}
+
+
+def test_quant_state_of_the_other_4bit_type(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}{Q4}fp4"] = t.pop(f"{DOWN}{Q4}nf4")
+
+    assert refusals(plant(tmp_path, NF4, edit)) == {"spelling-mismatch": {DOWN}}
+
+
+def test_double_quant_declared_but_nested_absent(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        del t[f"{DOWN}.weight.nested_absmax"]
+        del t[f"{DOWN}.weight.nested_quant_map"]
+
+    assert refusals(plant(tmp_path, DQ, edit)) == {"operand-missing": {DOWN}}
+
+
+def test_nested_shipped_without_double_quant(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.weight.nested_absmax"] = zeros("F32", (1,))
+        t[f"{DOWN}.weight.nested_quant_map"] = zeros("F32", (256,))
+
+    assert refusals(plant(tmp_path, NF4, edit)) == {"operand-unexpected": {DOWN}}
+
+
+def test_absmax_count_disagrees_with_the_packed_weight(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.weight.absmax"] = zeros("F32", (64,))
+
+    assert refusals(plant(tmp_path, NF4, edit)) == {"operand-shape": {DOWN}}
+
+
+def test_int8_without_its_row_scales(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        del t[f"{DOWN}.SCB"]
+
+    assert refusals(plant(tmp_path, INT8, edit)) == {"operand-missing": {DOWN}}
+
+
+def _config(folder: Path, **changes: Any) -> Path:
+    path = folder / "config.json"
+    document = json.loads(path.read_text())
+    document["quantization_config"].update(changes)
+    path.write_text(json.dumps(document, indent=2))
+    return folder
+
+
+def test_skipped_module_that_ships_bnb_operands(tmp_path: Path) -> None:
+    root = _config(plant(tmp_path, NF4, lambda t: None), llm_int8_skip_modules=["down_proj"])
+    found = refusals(root)
+    assert found == {"unquantized-ships-quantized": {DOWN, "model.layers.1.mlp.down_proj"}}
+
+
+def test_skip_rule_on_a_shard_leaves_the_fused_layer_quantized(tmp_path: Path) -> None:
+    """``k_proj`` is no component of the engine's ``qkv_proj``: the engine quantizes the fused
+    layer that transformers left BF16 in part."""
+
+    def edit(t: Tensors) -> None:
+        module = "model.layers.0.self_attn.k_proj"
+        drop(t, module)
+        t[f"{module}.weight"] = zeros("BF16", (32, 64))
+
+    root = _config(plant(tmp_path, NF4, edit), llm_int8_skip_modules=["lm_head", "k_proj"])
+    assert refusals(root) == {"quantized-ships-unquantized": {"model.layers.0.self_attn.k_proj"}}
+
+
+def test_both_load_flags_are_a_named_declaration_error(tmp_path: Path, run: Any) -> None:
+    root = _config(plant(tmp_path, NF4, lambda t: None), load_in_8bit=True)
+    result = run("audit", root, "-f", "json")
+    assert result.exit_code == 2
+    assert "load_in_4bit and load_in_8bit are both True" in result.stderr
+    assert "Traceback" not in result.stderr
