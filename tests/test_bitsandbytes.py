@@ -210,3 +210,17 @@ def test_both_load_flags_are_a_named_declaration_error(tmp_path: Path, run: Any)
     assert result.exit_code == 2
     assert "load_in_4bit and load_in_8bit are both True" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_absmax_not_quantized_again_under_double_quant(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.weight.absmax"] = zeros("F32", (128,))
+
+    assert refusals(plant(tmp_path, DQ, edit)) == {"operand-dtype": {DOWN}}
+
+
+def test_double_quant_declared_over_a_single_quant_checkpoint(tmp_path: Path) -> None:
+    root = _config(plant(tmp_path, NF4, lambda t: None), bnb_4bit_use_double_quant=True)
+    found = refusals(root)
+    assert set(found) == {"operand-dtype", "operand-missing"}
+    assert len(found["operand-missing"]) == 14
