@@ -224,3 +224,24 @@ def test_double_quant_declared_over_a_single_quant_checkpoint(tmp_path: Path) ->
     found = refusals(root)
     assert set(found) == {"operand-dtype", "operand-missing"}
     assert len(found["operand-missing"]) == 14
+
+
+@pytest.mark.parametrize("release", ["0.5.22", "0.5.23"])
+@pytest.mark.parametrize(
+    ("name", "arm"),
+    [
+        (NF4, "W4A16-BNB-NF4"),
+        (DQ, "W4A16-BNB-NF4"),
+        (FP4, "W4A16-BNB-FP4"),
+        (INT8, "W8A8-BNB-INT8"),
+    ],
+)
+def test_sglang_runs_the_declared_bitsandbytes_arm(
+    run: Any, release: str, name: str, arm: str
+) -> None:
+    result = run("audit", CORPUS / name, "-f", "json", f"--engine=sglang=={release}")
+    assert result.exit_code == 0
+    arms = json.loads(result.stdout)["arms"]
+    assert {(a["declared"], a["executed"]) for a in arms if a["declared"] != "unquantized"} == {
+        (arm, arm)
+    }
