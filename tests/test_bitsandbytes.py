@@ -245,3 +245,10 @@ def test_sglang_runs_the_declared_bitsandbytes_arm(
     assert {(a["declared"], a["executed"]) for a in arms if a["declared"] != "unquantized"} == {
         (arm, arm)
     }
+
+
+def test_diff_names_the_dotted_operands_and_the_skip_list(run: Any) -> None:
+    result = run("diff", CORPUS / SKIP, CORPUS / NF4)
+    assert result.exit_code in (0, 1), result.stderr
+    assert "2 weight.quant_state.bitsandbytes__nf4 added" in result.stdout
+    assert "exclude +0 -2" in result.stdout

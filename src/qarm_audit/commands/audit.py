@@ -494,6 +494,9 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
     if declaration.fp8 is not None:
         rules[declaration.fp8.ignored_key] = len(declaration.fp8.ignored)
         excludes = list(declaration.fp8.ignored)
+    if declaration.bnb is not None:
+        rules["llm_int8_skip_modules"] = len(declaration.bnb.skip_modules)
+        excludes = list(declaration.bnb.skip_modules)
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,
