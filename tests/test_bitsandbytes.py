@@ -252,3 +252,33 @@ def test_diff_names_the_dotted_operands_and_the_skip_list(run: Any) -> None:
     assert result.exit_code in (0, 1), result.stderr
     assert "2 weight.quant_state.bitsandbytes__nf4 added" in result.stdout
     assert "exclude +0 -2" in result.stdout
+
+
+def test_skip_entry_equal_to_a_leading_run_of_components(tmp_path: Path) -> None:
+    root = _config(plant(tmp_path, NF4, lambda t: None), llm_int8_skip_modules=["model.layers.0"])
+    report = audit(str(root), engine="sglang")
+    rows = {r["module"]: r for r in report.modules}
+    assert (rows[DOWN]["how"], rows[DOWN]["rule"]) == ("prefix", "model.layers.0")
+    assert rows["model.layers.0.self_attn.q_proj"]["bucket"] == "excluded"
+    assert rows["model.layers.1.mlp.down_proj"]["bucket"] == "BNB_NF4"
+    skipped = {r.module for r in report.refusals if r.code == "unquantized-ships-quantized"}
+    assert len(skipped) == 7 and all(m.startswith("model.layers.0.") for m in skipped)
+
+
+@pytest.mark.parametrize(
+    ("name", "entries", "how"),
+    [
+        ("model.layers.0.mlp.down_proj", ("down_proj",), "component"),
+        ("model.layers.0.mlp.down_proj", ("mlp",), "component"),
+        ("model.layers.0.mlp.down_proj", ("model.layers.0",), "prefix"),
+        ("model.layers.11.mlp.down_proj", ("model.layers.1",), None),
+        ("model.layers.0.mlp.down_proj", ("layers.0",), None),  # not from the start
+        ("model.layers.0.mlp.down_proj", ("down",), None),  # no substring stage
+        ("model.layers.0.self_attn.qkv_proj", ("k_proj",), None),
+    ],
+)
+def test_is_layer_skipped_bnb(name: str, entries: tuple[str, ...], how: str | None) -> None:
+    from qarm_audit.resolve.bitsandbytes import skipped_by
+
+    found = skipped_by(name, entries)
+    assert (found.how if found else None) == how
