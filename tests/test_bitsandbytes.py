@@ -57,6 +57,7 @@ def test_genuine_bitsandbytes_checkpoint_audits_clean(
     name: str, expected: dict[str, tuple[int, int]]
 ) -> None:
     assert refusals(CORPUS / name) == {}
+    assert audit(str(CORPUS / name), engine="sglang").warnings == []
     assert buckets(CORPUS / name) == expected
 
 
@@ -282,3 +283,61 @@ def test_is_layer_skipped_bnb(name: str, entries: tuple[str, ...], how: str | No
 
     found = skipped_by(name, entries)
     assert (found.how if found else None) == how
+
+
+def warnings_of(folder: Path | str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for r in audit(str(folder), engine="sglang").warnings:
+        out.setdefault(r.code, set()).add(r.module)
+    return out
+
+
+def test_producer_and_engine_part_on_the_moe_experts_and_router() -> None:
+    found = warnings_of(CORPUS / MOE)
+    assert found == {
+        "producer-engine-disagree": {
+            "model.layers.0.mlp.experts",
+            "model.layers.1.mlp.experts",
+            "model.layers.0.mlp.gate",
+            "model.layers.1.mlp.gate",
+        }
+    }
+
+
+def test_producer_skips_a_shard_the_engine_quantizes_fused(tmp_path: Path) -> None:
+    """With skip entries given, transformers adds no default skip: it quantizes the head too,
+    which the engine's ParallelLMHead cannot take."""
+    root = _config(plant(tmp_path, NF4, lambda t: None), llm_int8_skip_modules=["k_proj"])
+    qkv = {f"model.layers.{i}.self_attn.qkv_proj" for i in (0, 1)}
+    assert warnings_of(root) == {"producer-engine-disagree": qkv | {"lm_head"}}
+
+
+@pytest.mark.parametrize(
+    ("entries", "disagree"),
+    [
+        (["lm_head", "down_proj"], set()),  # suffix: as the engine's component test
+        (["lm_head", "model.layers.0"], set()),  # from the start up to a dot: as its prefix
+        (
+            ["lm_head", "mlp.down_proj"],
+            {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"},
+        ),
+        (["lm_head", "re.*down_proj"], set()),  # a regex entry: no producer view
+        (["lm_head", "model.layers.0.mlp.down"], set()),  # a start not up to a dot: no skip
+    ],
+)
+def test_transformers_skip_match(tmp_path: Path, entries: list[str], disagree: set[str]) -> None:
+    root = _config(plant(tmp_path, NF4, lambda t: None), llm_int8_skip_modules=entries)
+    assert warnings_of(root).get("producer-engine-disagree", set()) == disagree
+
+
+def test_a_regex_skip_entry_has_no_producer_view() -> None:
+    from qarm_audit.declarations import read_declaration
+    from qarm_audit.resolve.producer import producer_view
+
+    documents = {"config.json": (CORPUS / SKIP / "config.json").read_text()}
+    declaration = read_declaration(documents)
+    assert producer_view(declaration, {}) == {}
+    document = json.loads(documents["config.json"])
+    document["quantization_config"]["llm_int8_skip_modules"] = ["lm_head", r"mlp\.down_proj"]
+    declaration = read_declaration({"config.json": json.dumps(document)})
+    assert producer_view(declaration, {}) is None

@@ -155,7 +155,13 @@ def _audit(
         findings.append(unreadable)
     if producer is not None:
         findings.extend(
-            disagreements(producer, memberships, modules, "compressed-tensors", profile.label)
+            disagreements(
+                producer,
+                memberships,
+                modules,
+                "transformers" if declaration.bnb is not None else "compressed-tensors",
+                profile.label,
+            )
         )
     alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
     spellings, refusals = check_all(declaration, modules, memberships, alike)
