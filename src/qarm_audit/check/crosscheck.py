@@ -12,6 +12,7 @@ from ..modules.operands import KV_OPERANDS, QUANT_OPERANDS, OperandKind, classif
 from ..resolve.resolver import INHERITED, Membership
 from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
+from .bnb import bnb_4bit_shapes
 from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
 
 
@@ -37,6 +38,8 @@ def contract(scheme: Scheme) -> list[Operand] | None:
     static = scheme.static_activations
     if scheme.producer == "fp8":
         return _native_fp8(scheme)
+    if scheme.producer == "bitsandbytes":
+        return _bitsandbytes(scheme)
     if scheme.producer == "modelopt":
         if scheme.family == "fp8":
             weight = Operand("weight", FP8_DTYPES, "out,in")
@@ -115,6 +118,34 @@ def _native_fp8(scheme: Scheme) -> list[Operand]:
         weight,
         Operand("weight_scale", F32, "[]"),
         Operand("input_scale", F32, "[]", required=scheme.static_activations),
+    ]
+
+
+U8 = frozenset({"U8"})
+
+
+def _bitsandbytes(scheme: Scheme) -> list[Operand]:
+    """What transformers' bitsandbytes quantizer saves and a bitsandbytes loader reads: 4-bit, a
+    packed U8 weight with its quant state (``absmax``, ``quant_map`` and the
+    ``quant_state.bitsandbytes__<type>`` record; double quant: U8 absmax codes and their
+    ``nested_*``); 8-bit (LLM.int8), an I8 weight with one F32 ``SCB`` per output row."""
+    if scheme.weight_bits == 8:
+        return [
+            Operand("weight", frozenset({"I8"}), "out,in"),
+            Operand("SCB", F32, "out"),
+            Operand("weight_format", U8, "[]", required=False),
+        ]
+    double = scheme.format == "double-quant"
+    nested = [
+        Operand("weight.nested_absmax", F32, "any"),
+        Operand("weight.nested_quant_map", F32, "any"),
+    ]
+    return [
+        Operand("weight", U8, "any"),
+        Operand("weight.absmax", U8 if double else F32, "any"),
+        Operand("weight.quant_map", F32, "any"),
+        *(nested if double else []),
+        Operand(f"weight.quant_state.bitsandbytes__{scheme.algo}", U8, "any"),
     ]
 
 
@@ -299,6 +330,8 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
                     tensor=entry.name,
                 )
             )
+    if scheme.producer == "bitsandbytes" and scheme.weight_bits == 4:
+        out.extend(bnb_4bit_shapes(info, scheme.name))
     out.extend(_strays(info, scheme, spec))
     return out
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..modules.inventory import ModuleInfo
 from ..modules.operands import KV_OPERANDS, OperandKind, classify_operand
+from ..sources.checkpoint import TensorEntry
 
 FLOAT_DTYPES = frozenset({"BF16", "F16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
@@ -16,7 +17,8 @@ E8M0_DTYPES = frozenset({"U8", "F8_E8M0"})
 class Spelling:
     family: str
     """``none``, ``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq``, ``awq-gptq``,
-    ``sparse``, ``marlin-24`` or ``scales-only`` (scales on a plain weight)."""
+    ``sparse``, ``marlin-24``, ``bnb-nf4``, ``bnb-fp4``, ``bnb-4bit`` (bitsandbytes 4-bit with
+    no one quant state), ``bnb-int8`` or ``scales-only`` (scales on a plain weight)."""
     producer: str
     """``modelopt`` or ``compressed-tensors`` spelling where the two differ, else ``""``."""
     detail: str
@@ -41,6 +43,9 @@ def spell(info: ModuleInfo) -> Spelling:
         if weight is not None and weight.dtype not in FLOAT_DTYPES:
             return Spelling(_bare(weight.dtype), "", f"weight {weight.dtype} with no scale")
         return NONE
+    bnb = _bnb(ops, quant)
+    if bnb is not None:
+        return bnb
     scale = ops.get("weight_scale")
     scale_dtype = scale.dtype if scale else None
     if quant & {"qweight", "qzeros", "scales", "g_idx"}:
@@ -91,6 +96,39 @@ def spell(info: ModuleInfo) -> Spelling:
     return Spelling("unknown", "", f"weight {wdtype} with {', '.join(sorted(quant))}")
 
 
+BNB_4BIT = frozenset(
+    {
+        "weight.absmax",
+        "weight.quant_map",
+        "weight.nested_absmax",
+        "weight.nested_quant_map",
+        "weight.quant_state.bitsandbytes__nf4",
+        "weight.quant_state.bitsandbytes__fp4",
+    }
+)
+BNB_8BIT = frozenset({"SCB", "weight_format"})
+
+
+def _bnb(ops: dict[str, TensorEntry], quant: set[str]) -> Spelling | None:
+    """bitsandbytes: the quant state's name says the 4-bit type (``bitsandbytes__nf4``);
+    4-bit operands with no quant state spell ``bnb-4bit``, which no type can be read from."""
+    if not BNB_4BIT.isdisjoint(quant):
+        weight = ops.get("weight")
+        dtype = weight.dtype if weight else "no"
+        types = sorted(n.rpartition("__")[2] for n in quant if n.startswith("weight.quant_state."))
+        nested = " + nested absmax" if "weight.nested_absmax" in quant else ""
+        if len(types) == 1:
+            detail = f"weight {dtype} + quant_state.bitsandbytes__{types[0]}{nested}"
+            return Spelling(f"bnb-{types[0]}", "", detail)
+        if types:
+            return Spelling("bnb-4bit", "", f"weight {dtype} with quant states {', '.join(types)}")
+        return Spelling("bnb-4bit", "", f"weight {dtype} + absmax, no quant_state")
+    if not BNB_8BIT.isdisjoint(quant):
+        weight = ops.get("weight")
+        return Spelling("bnb-int8", "", f"weight {weight.dtype if weight else 'no'} + SCB")
+    return None
+
+
 def _bare(dtype: str) -> str:
     """A non-float weight with no scale at all: quantized bytes nothing can dequantize."""
     return {"F8_E4M3": "fp8", "F8_E5M2": "fp8", "U8": "unknown", "I8": "int"}.get(dtype, "unknown")
@@ -103,5 +141,9 @@ COMPATIBLE: dict[str, frozenset[str]] = {
     "mxfp4": frozenset({"mxfp4"}),
     "int": frozenset({"int"}),
     "awq": frozenset({"awq"}),
+    # a 4-bit module with no (or two) quant states is refused by the contract, by operand
+    "bnb-nf4": frozenset({"bnb-nf4", "bnb-4bit"}),
+    "bnb-fp4": frozenset({"bnb-fp4", "bnb-4bit"}),
+    "bnb-int8": frozenset({"bnb-int8"}),
 }
 """Declared scheme family -> shipped spelling families that can carry it."""

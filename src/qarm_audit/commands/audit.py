@@ -156,7 +156,13 @@ def _audit(
         findings.append(unreadable)
     if producer is not None:
         findings.extend(
-            disagreements(producer, memberships, modules, "compressed-tensors", profile.label)
+            disagreements(
+                producer,
+                memberships,
+                modules,
+                "transformers" if declaration.bnb is not None else "compressed-tensors",
+                profile.label,
+            )
         )
     alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
     spellings, refusals = check_all(declaration, modules, memberships, alike)
@@ -495,6 +501,9 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
     if declaration.fp8 is not None:
         rules[declaration.fp8.ignored_key] = len(declaration.fp8.ignored)
         excludes = list(declaration.fp8.ignored)
+    if declaration.bnb is not None:
+        rules["llm_int8_skip_modules"] = len(declaration.bnb.skip_modules)
+        excludes = list(declaration.bnb.skip_modules)
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,

@@ -328,6 +328,8 @@ def _keys(declaration: Declaration) -> dict[str, str | frozenset[str]]:
             if ct
             else declaration.fp8.ignored
             if declaration.fp8
+            else declaration.bnb.skip_modules
+            if declaration.bnb
             else ()
         ),
     }

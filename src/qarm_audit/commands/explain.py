@@ -125,6 +125,10 @@ def trace(
         from .explain_fp8 import trace_fp8
 
         trace_fp8(log, declaration.fp8, modules, info)
+    elif declaration.bnb is not None:
+        from .explain_bnb import trace_bnb
+
+        trace_bnb(log, declaration.bnb, info)
     else:
         reason = f": {declaration.reason}" if declaration.reason else ""
         log.hit(

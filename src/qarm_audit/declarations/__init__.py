@@ -17,12 +17,14 @@ from pydantic import BaseModel, ValidationError
 from ..errors import DeclarationError
 from ..findings import Finding, finding
 from ..sources.header import loads_strict
+from . import bitsandbytes as bnb
 from . import compressed_tensors as ct
 from . import fp8 as native_fp8
 from . import modelopt as mo
 from .schemes import Scheme, modelopt_scheme
 
 __all__ = [
+    "BnbRules",
     "CompressedTensorsRules",
     "Declaration",
     "Fp8Rules",
@@ -62,6 +64,17 @@ class Fp8Rules:
 
 
 @dataclass(frozen=True)
+class BnbRules:
+    """A ``quant_method: bitsandbytes`` declaration: one scheme for every Linear and MoE layer
+    the engine builds with a quant method, but those ``llm_int8_skip_modules`` names."""
+
+    scheme: Scheme
+    skip_modules: tuple[str, ...]
+    double_quant: bool
+    eight_bit: bool
+
+
+@dataclass(frozen=True)
 class KvDeclaration:
     algo: str
     """``FP8``, ``NVFP4``, ``INT8`` ..., as declared."""
@@ -71,7 +84,8 @@ class KvDeclaration:
 @dataclass(frozen=True)
 class Declaration:
     family: str
-    """``modelopt``, ``compressed-tensors``, ``fp8`` (native ``quant_method: fp8``), ``none``
+    """``modelopt``, ``compressed-tensors``, ``fp8`` (native ``quant_method: fp8``),
+    ``bitsandbytes``, ``none``
     (declares no quantization, e.g. sparsity only), ``absent`` (no declaration document at
     all) or ``unreadable``."""
     source: str
@@ -82,6 +96,7 @@ class Declaration:
     modelopt: ModelOptRules | None = None
     compressed_tensors: CompressedTensorsRules | None = None
     fp8: Fp8Rules | None = None
+    bnb: BnbRules | None = None
     kv: KvDeclaration | None = None
     producer: str | None = None
     findings: tuple[Finding, ...] = ()
@@ -100,7 +115,7 @@ class Declaration:
 
     @property
     def quantized(self) -> bool:
-        return self.family in ("modelopt", "compressed-tensors", "fp8")
+        return self.family in ("modelopt", "compressed-tensors", "fp8", "bitsandbytes")
 
 
 @dataclass(frozen=True)
@@ -396,6 +411,31 @@ def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
     )
 
 
+def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: bnb.BnbConfig = _validate(bnb.BnbConfig, candidate.block, candidate.where)
+    notes: list[Finding] = []
+    extras = _extras(parsed)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    scheme = bnb.to_scheme(parsed)
+    rules = BnbRules(
+        scheme=scheme,
+        skip_modules=parsed.skip_modules,
+        double_quant=bool(parsed.bnb_4bit_use_double_quant) and not parsed.eight_bit,
+        eight_bit=parsed.eight_bit,
+    )
+    return Declaration(
+        "bitsandbytes",
+        candidate.where,
+        method="bitsandbytes",
+        algo=scheme.algo,
+        schemes={scheme.name: scheme},
+        bnb=rules,
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
 def _declaration_of(
     candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
 ) -> Declaration:
@@ -406,13 +446,15 @@ def _declaration_of(
         return _ct_declaration(candidate, considered)
     if method == "fp8":
         return _fp8_declaration(candidate, considered)
+    if method == "bitsandbytes":
+        return _bnb_declaration(candidate, considered)
     return Declaration(
         "unreadable",
         candidate.where,
         method=method,
         considered=considered,
-        reason=f"quant_method {method!r}: qarm reads modelopt, compressed-tensors and "
-        "fp8 declarations only",
+        reason=f"quant_method {method!r}: qarm reads modelopt, compressed-tensors, "
+        "fp8 and bitsandbytes declarations only",
     )
 
 

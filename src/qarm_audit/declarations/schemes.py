@@ -14,6 +14,9 @@ FAMILY_LABELS = {
     "mxfp4": "MXFP4",
     "int": "INT",
     "awq": "INT-AWQ",
+    "bnb-nf4": "BNB-NF4",
+    "bnb-fp4": "BNB-FP4",
+    "bnb-int8": "BNB-INT8",
 }
 
 
@@ -27,9 +30,11 @@ class Scheme:
 
     name: str
     producer: str
-    """``modelopt``, ``compressed-tensors`` or ``fp8`` (a native ``quant_method: fp8``)."""
+    """``modelopt``, ``compressed-tensors``, ``fp8`` (a native ``quant_method: fp8``) or
+    ``bitsandbytes``."""
     family: str
-    """``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq`` or ``unknown``."""
+    """``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq``, ``bnb-nf4``, ``bnb-fp4``,
+    ``bnb-int8`` or ``unknown``."""
     weight_bits: int | None
     weight_type: str | None
     weight_strategy: str | None

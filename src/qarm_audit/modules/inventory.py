@@ -11,7 +11,7 @@ from operator import itemgetter
 
 from ..errors import IntegrityError
 from ..sources.checkpoint import TensorEntry
-from .operands import KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
+from .operands import BNB_MODULE_TAILS, BNB_SUFFIXES, KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
 
 FUSED_SHARDS: dict[str, tuple[str, ...]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
@@ -108,6 +108,10 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
         table[module][operand] = entry
     if sum(map(len, table.values())) != len(entries):
         table = _table_naming_the_clash(entries)
+    # once per module, not per tensor: most checkpoints have no module so named
+    dotted = [module for module in table if module.endswith(BNB_MODULE_TAILS)]
+    if dotted:
+        _join_dotted_operands(table, dotted)
     modules: dict[str, ModuleInfo] = {}
     layouts: dict[Layout, int] = {}
     # A module's kind depends on its name only through its leaf and ".experts"
@@ -139,6 +143,22 @@ def _table_naming_the_clash(entries: list[TensorEntry]) -> dict[str, dict[str, T
             )
         operands[operand] = entry
     return table
+
+
+def _join_dotted_operands(table: dict[str, dict[str, TensorEntry]], dotted: list[str]) -> None:
+    """``<m>.weight`` holding only bitsandbytes' ``absmax``, ``quant_map`` ... (and
+    ``<m>.weight.quant_state`` its ``bitsandbytes__nf4``) is no module: its tensors are
+    operands ``weight.absmax`` ... of ``<m>``. A ``.weight`` module holding anything else is
+    left as it is."""
+    for module in dotted:
+        tail = "weight.quant_state" if module.endswith(".weight.quant_state") else "weight"
+        operands = table[module]
+        if not operands.keys() <= BNB_SUFFIXES[tail]:
+            continue
+        parent = table.setdefault(module[: -len(tail) - 1], {})
+        for operand, entry in operands.items():
+            parent[f"{tail}.{operand}"] = entry
+        del table[module]
 
 
 def _kind(module: str, operands: dict[str, TensorEntry]) -> str:

@@ -53,6 +53,16 @@ QUANT_OPERANDS: dict[str, str] = {
     "row_offsets": "sparse-bitmask",
     "scale_packed": "marlin-24",
     "meta": "marlin-24",
+    # bitsandbytes 4-bit (Params4bit's quant state, written beside a packed U8 weight)
+    "weight.absmax": "bnb",
+    "weight.quant_map": "bnb",
+    "weight.nested_absmax": "bnb",
+    "weight.nested_quant_map": "bnb",
+    "weight.quant_state.bitsandbytes__nf4": "bnb",
+    "weight.quant_state.bitsandbytes__fp4": "bnb",
+    # bitsandbytes 8-bit (LLM.int8: Int8Params' row scales and its layout byte)
+    "SCB": "bnb-int8",
+    "weight_format": "bnb-int8",
 }
 """Operand name -> family. ``weight`` and ``bias`` are plain; their dtype says the rest."""
 
@@ -67,9 +77,23 @@ _LOOKS_QUANTIZED = re.compile(
 )
 
 
+BNB_SUFFIXES: dict[str, frozenset[str]] = {
+    "weight": frozenset({"absmax", "quant_map", "nested_absmax", "nested_quant_map"}),
+    "weight.quant_state": frozenset({"bitsandbytes__nf4", "bitsandbytes__fp4"}),
+}
+"""Operand names with dots in them (bitsandbytes' ``weight.absmax``, ...), by the part a split
+at the last dot leaves on the module's side: ``<module>.weight`` with ``absmax`` is operand
+``weight.absmax`` of ``<module>``. Nothing else is joined."""
+
+BNB_MODULE_TAILS = tuple(f".{tail}" for tail in BNB_SUFFIXES)
+
+
 def split_name(name: str) -> tuple[str, str]:
     """``"a.b.c.weight"`` -> ``("a.b.c", "weight")``; a dotless name is its own operand."""
     module, _, operand = name.rpartition(".")
+    for tail, operands in BNB_SUFFIXES.items():
+        if operand in operands and module.endswith(f".{tail}"):
+            return module[: -len(tail) - 1], f"{tail}.{operand}"
     return module, operand
 
 

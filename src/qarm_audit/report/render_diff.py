@@ -13,6 +13,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..modules.operands import split_name
 from .escape import md_code, md_text, term, term_line
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def _names(report: DiffReport) -> list[tuple[str, int, int, str]]:
     """(operand, only in A, only in B, example) by operand."""
     example: dict[str, str] = {}
     for name in [*report.only_a, *report.only_b]:
-        example.setdefault(name.rpartition(".")[2], name)
+        example.setdefault(split_name(name)[1], name)
     operands = sorted(
         set(report.only_a_by_operand) | set(report.only_b_by_operand),
         key=lambda op: (
@@ -95,7 +96,7 @@ def _changed(rows: list[TensorChange]) -> list[tuple[str, str, int, str]]:
             kinds.append(f"dtype {r.a_dtype} -> {r.b_dtype}")
         if r.a_shape != r.b_shape:
             kinds.append("shape")
-        key = (r.name.rpartition(".")[2], ", ".join(kinds))
+        key = (split_name(r.name)[1], ", ".join(kinds))
         groups[key] += 1
         example.setdefault(key, r)
     out = []

@@ -80,6 +80,10 @@ def producer_view(
 ) -> dict[str, Membership] | None:
     """Each module as the producer's library resolves it; None where no producer view is
     modelled (ModelOpt writes its lists from its own module names: the literal reading)."""
+    if declaration.bnb is not None:
+        from .producer_bnb import bnb_producer_view  # builds on this module's classes
+
+        return bnb_producer_view(declaration.bnb, modules)
     rules = declaration.compressed_tensors
     if rules is None:
         return None

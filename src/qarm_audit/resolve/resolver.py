@@ -27,7 +27,8 @@ class Membership(NamedTuple):
     bucket: str
     """A scheme name, or ``excluded`` / ``unlisted``."""
     how: str
-    """exact, fused, prefix, experts, regex, class, substring, wildcard, none; or, where the
+    """exact, fused, prefix, experts, regex, class, substring, wildcard, component (a
+    bitsandbytes skip entry equal to one part of the name), none; or, where the
     engine's layer takes no quant method whatever the declaration says, no-quant-config (a
     layer built without one, such as a router) or not-a-linear (a norm, a convolution)."""
     rule: str = ""
@@ -112,6 +113,10 @@ def resolve(
         from .fp8 import resolve_fp8  # fp8.py builds on this module's memberships
 
         return resolve_fp8(declaration.fp8, modules)
+    if declaration.bnb is not None:
+        from .bitsandbytes import resolve_bnb  # built on this module's memberships
+
+        return resolve_bnb(declaration.bnb, modules)
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 
