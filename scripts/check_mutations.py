@@ -388,6 +388,15 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("block-fp8-checked", "commands/audit.py",
      '    findings.extend(block_refusals(declaration, modules, memberships))\n',
      ''),
+    ("modelopt-config-groups-group-size", "declarations/modelopt.py",
+     "                _GROUP_SIZE.validate_python(size)",
+     "                pass"),
+    ("modelopt-other-file-read-strictly", "declarations/__init__.py",
+     "    b, _ = _modelopt(other)\n",
+     "    try:\n        b, _ = _modelopt(other)\n    except DeclarationError:\n        return []\n"),
+    ("document-download-retried-by-one-loop", "sources/hub/retry.py",
+     "            if reason is None:\n                raise\n            raise Again(reason) from exc",
+     "            raise Again(reason or describe(exc)) from exc"),
 ]
 # fmt: on
 
