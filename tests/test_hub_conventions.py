@@ -278,16 +278,24 @@ def test_unread_weight_files_of_a_hub_repo_are_reported_online_and_offline(
         documents,
     )
     write_checkpoint(layout, {"model.safetensors": W}, index=False)
+    unindexed = write_checkpoint(
+        tmp_path / "unindexed",
+        {SHARDS[0]: W, SHARDS[1]: {"model.norm.weight": ("BF16", (16,))}},
+        documents,
+    )
+    write_checkpoint(unindexed, {"model-extra.safetensors": W}, index=False)
     specs = {
         "org/bin": RepoSpec.from_folder("org/bin", bin_only),
         "org/beside": RepoSpec.from_folder("org/beside", beside),
         "org/layout": RepoSpec.from_folder("org/layout", layout),
+        "org/unindexed": RepoSpec.from_folder("org/unindexed", unindexed),
     }
     hub(*specs.values())
     expected = {
         "org/bin": (["weights-unread"], [], "pytorch_model.bin"),
         "org/beside": ([], ["weight-files-unread"], "original/consolidated.pth"),
         "org/layout": (["second-layout"], [], "model.safetensors"),
+        "org/unindexed": (["index-disagrees"], [], "model-extra.safetensors"),
     }
     for repo, spec in specs.items():
         online = run("audit", f"{repo}@{spec.sha}", "-f", "json")

@@ -68,3 +68,16 @@ def unlisted_weight_files(listed: Iterable[str], read: set[str]) -> list[str]:
 def second_layout(unread: list[str], has_index: bool) -> str | None:
     """``model.safetensors`` left unread beside an index (transformers would load it)."""
     return SINGLE_FILE if has_index and SINGLE_FILE in unread else None
+
+
+def unindexed_shards(unread: list[str], has_index: bool) -> list[str]:
+    """Top-level shards beside an index that it does not name (``model.safetensors`` aside:
+    that one is a second layout). A loader that follows the index never reads them, and vLLM
+    loads only the shards the index names."""
+    if not has_index:
+        return []
+    return [
+        name
+        for name in unread
+        if "/" not in name and name.endswith(".safetensors") and name != SINGLE_FILE
+    ]
