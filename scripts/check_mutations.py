@@ -400,6 +400,12 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("index-disagrees-unindexed-shard", "sources/unread.py",
      "    if not has_index:\n        return []\n",
      "    if True:\n        return []\n"),
+    ("index-total-size-checked", "sources/integrity.py",
+     "            if total_size == tensor_bytes:",
+     "            if True:"),
+    ("index-total-size-is-a-refusal", "findings.py",
+     '    "index-total-size": (\n        Severity.REFUSAL,',
+     '    "index-total-size": (\n        Severity.WARNING,'),
 ]
 # fmt: on
 
