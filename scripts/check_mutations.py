@@ -406,6 +406,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("index-total-size-is-a-refusal", "findings.py",
      '    "index-total-size": (\n        Severity.REFUSAL,',
      '    "index-total-size": (\n        Severity.WARNING,'),
+    ("operand-unexpected-names-the-family", "check/crosscheck.py",
+     '        what = f"it belongs to the {family} family" if family else "it is no operand qarm knows"',
+     '        what = "it is no operand qarm knows"'),
 ]
 # fmt: on
 
