@@ -56,6 +56,8 @@ HOSTILE: list[tuple[str, bytes | str | dict | None, int, int | None, str]] = [
     ("float-dim", {"a": entry("F32", [2.0], 0, 8)}, 8, None, "is not a list of counts"),
     ("bool-dim", {"a": entry("F32", [True, 2], 0, 8)}, 8, None, "is not a list of counts"),
     ("float-offset", {"a": entry("F32", [2], 0.0, 8)}, 8, None, "is not [begin, end]"),
+    ("negative-offset", {"a": entry("F32", [1], -4, 0)}, 4, None, "is not [begin, end]"),
+    ("bool-offset", {"a": entry("F32", [1], False, 4)}, 4, None, "is not [begin, end]"),
     ("overlap", {"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 4, 12)}, 12, None, "overlap"),
     ("hole", {"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 12, 20)}, 20, None, "hole of 4"),
     ("out-of-bounds", {"a": entry("F32", [2], 0, 8)}, 4, None, "8 + header + data"),
