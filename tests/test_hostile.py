@@ -526,6 +526,50 @@ def test_patterns_only_python_runs_that_can_backtrack_are_refused_before_matchin
     refused(run("audit", path), 2, "catastrophic backtracking")
 
 
+def test_the_pattern_verdict_depends_on_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wall-clock watchdog refused or passed a benign 480-pattern declaration from run to
+    run, with the machine's load. Now each pattern is judged from itself and the name alone:
+    with every clock jumping an hour at each reading, and no timer or signal allowed, the same
+    declarations get the same verdicts (answered in linear time, refused by name, or resolved)."""
+    cases = (
+        [ct_checkpoint([name], ["re:" + pattern]) for pattern, name in SLOW]
+        + [ct_checkpoint(["a" * 60], ["re:" + pattern]) for pattern in UNSAFE]
+        + [
+            ct_checkpoint(
+                [f"model.layers.{i}.mlp.down_proj" for i in range(480)],
+                [f"re:.*layers\\.{i}\\.mlp\\.down_proj$" for i in range(480)],
+            )
+        ]
+    )
+
+    def verdicts() -> list[str]:
+        matchers_module._plan.cache_clear()
+        out = []
+        for ckpt in cases:
+            try:
+                out.append(render_json(audit(ckpt)))
+            except PatternError as exc:
+                out.append(f"refused: {exc}")
+        return out
+
+    calm = verdicts()
+    assert sum(v.startswith("refused: ") for v in calm) == len(UNSAFE)
+    readings = iter(range(10**9))
+
+    def jumping() -> float:
+        return 3600.0 * next(readings)
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a timer or a signal was set while matching patterns")
+
+    for clock in ("monotonic", "perf_counter", "time", "process_time", "thread_time"):
+        monkeypatch.setattr(time, clock, jumping)
+    monkeypatch.setattr(signal, "alarm", forbidden)
+    monkeypatch.setattr(signal, "setitimer", forbidden)
+    monkeypatch.setattr(threading, "Timer", forbidden)
+    assert verdicts() == calm
+
+
 def test_benign_patterns_are_unaffected() -> None:
     names = [f"model.layers.{i}.mlp.down_proj" for i in range(200)]
     report = audit(ct_checkpoint(names, ["re:.*down_proj$"]))
