@@ -481,6 +481,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("retry-after-ascii-digits", "sources/hub/retry.py",
      "    if value.isascii() and value.isdigit():",
      "    if value.isdigit():"),
+    ("hub-deadline-no-request-after-it", "sources/hub/deadline.py",
+     "    if deadline is not None:\n        deadline.check()\n",
+     "    if False:\n        deadline.check()\n"),
 ]
 # fmt: on
 

@@ -87,6 +87,9 @@ def test_a_dripping_answer_ends_at_the_request_deadline(
     # cut off at the deadline, not read to the end and refused after
     dripped = [r for r in server.records if r.fault == "drip"]
     assert dripped and all(r.body_bytes < size for r in dripped)
+    # and nothing is asked after it: hf_hub_download resumed a cut-off document 5 times, 1 s
+    # apart, each resume cut off at once, before the error
+    assert server.count("GET", path) == 1, [r.path for r in server.records]
 
 
 def test_the_audit_deadline_bounds_every_read_together(

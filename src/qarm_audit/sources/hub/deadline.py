@@ -89,6 +89,16 @@ def install() -> None:
     hooks = get_session().event_hooks
     if _watch not in hooks.get("response", []):
         hooks["response"] = [*hooks.get("response", []), _watch]
+    if _late not in hooks.get("request", []):
+        hooks["request"] = [*hooks.get("request", []), _late]
+
+
+def _late(request: httpx2.Request) -> None:
+    """No request is sent once its deadline has passed: ``hf_hub_download`` resumes a download
+    cut off at the deadline (5 times, 1 s apart), and each resume ends here at once."""
+    deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
+    if deadline is not None:
+        deadline.check()
 
 
 def _watch(response: httpx2.Response) -> None:
