@@ -484,6 +484,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("hub-deadline-no-request-after-it", "sources/hub/deadline.py",
      "    if deadline is not None:\n        deadline.check()\n",
      "    if False:\n        deadline.check()\n"),
+    ("offline-listings-agree", "sources/hub/offline.py",
+     "    if stored is not None and tree is not None:\n        _agree(",
+     "    if False:\n        _agree("),
 ]
 # fmt: on
 
