@@ -487,6 +487,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("offline-listings-agree", "sources/hub/offline.py",
      "    if stored is not None and tree is not None:\n        _agree(",
      "    if False:\n        _agree("),
+    ("hub-reads-interrupted-by-ctrl-c", "sources/hub/deadline.py",
+     "        except KeyboardInterrupt:\n            self.interrupt()\n            raise",
+     "        except KeyboardInterrupt:\n            raise"),
 ]
 # fmt: on
 
