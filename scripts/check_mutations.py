@@ -508,6 +508,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("modelopt-group-size-strict-positive", "declarations/modelopt.py",
      "GroupSize = Annotated[int, Strict(), Field(gt=0)]",
      "GroupSize = Annotated[int, Field()]"),
+    ("debug-keeps-exit-3", "cli.py",
+     "            print_traceback(exc)\n            hint = (",
+     '            if os.environ.get("QARM_DEBUG") == "1":\n                raise\n            hint = ('),
 ]
 # fmt: on
 
