@@ -1077,6 +1077,28 @@ def test_a_closed_stdout_ends_quietly_with_the_exit_code_the_audit_earned(
     assert "internal error" not in errors and "Exception ignored" not in errors
 
 
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
+def test_with_no_stdout_at_all_the_exit_code_is_still_the_audit_s(tmp_path: Path, fmt: str) -> None:
+    """`qarm audit ... >&-`: the report goes nowhere; the exit code must still say what the
+    audit found (a refused checkpoint exited 0), and nothing is printed but the verdict line."""
+    import os
+    import subprocess
+
+    documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")}
+    for source, earned in ((clean_folder(tmp_path), 0), (folder(tmp_path / "r", documents), 1)):
+        done = subprocess.run(
+            [sys.executable, "-m", "qarm_audit", "audit", str(source), "-f", fmt],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if k not in ("QARM_DEBUG",)},
+            preexec_fn=lambda: os.close(1),
+            timeout=120,
+        )
+        errors = done.stderr.decode()
+        assert done.returncode == earned, errors
+        assert "Traceback" not in errors and "Error" not in errors, errors
+
+
 def test_ctrl_c_while_writing_exits_130(tmp_path: Path) -> None:
     """SIGINT to the real process, blocked writing a report nobody reads yet."""
 
