@@ -304,7 +304,9 @@ def test_unread_weight_files_of_a_hub_repo_are_reported_online_and_offline(
         {SHARDS[0]: W, SHARDS[1]: {"model.norm.weight": ("BF16", (16,))}},
         documents,
     )
-    write_checkpoint(unindexed, {"model-extra.safetensors": W}, index=False)
+    index = json.loads((unindexed / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {"lm_head.weight": SHARDS[0]}  # the second shard left out
+    (unindexed / "model.safetensors.index.json").write_text(json.dumps(index))
     specs = {
         "org/bin": RepoSpec.from_folder("org/bin", bin_only),
         "org/beside": RepoSpec.from_folder("org/beside", beside),
@@ -316,7 +318,7 @@ def test_unread_weight_files_of_a_hub_repo_are_reported_online_and_offline(
         "org/bin": (["weights-unread"], [], "pytorch_model.bin"),
         "org/beside": ([], ["weight-files-unread"], "original/consolidated.pth"),
         "org/layout": (["second-layout"], [], "model.safetensors"),
-        "org/unindexed": (["index-disagrees"], [], "model-extra.safetensors"),
+        "org/unindexed": (["index-disagrees", "index-total-size"], [], SHARDS[1]),
     }
     for repo, spec in specs.items():
         online = run("audit", f"{repo}@{spec.sha}", "-f", "json")

@@ -107,3 +107,23 @@ def test_a_shard_the_index_does_not_name_is_refused_by_name(tmp_path: Path, run:
     result = run("audit", folder, "-f", "json")
     assert result.exit_code == 1
     assert json.loads(result.stdout)["refusals"][0]["code"] == "index-disagrees"
+
+
+def test_another_layout_beside_an_index_is_named_not_refused(tmp_path: Path) -> None:
+    """Safetensors files beside an index that are no shard of its series are another layout
+    (Mistral's consolidated.safetensors, a variant's shards, an adapter): transformers and
+    vLLM's default loader follow the index, so they are listed as unread, as before."""
+    shards = {
+        "model-00001-of-00002.safetensors": W,
+        "model-00002-of-00002.safetensors": {"lm_head.weight": ("BF16", (16, 16))},
+    }
+    documents = {"config.json": json.dumps({"architectures": ["LlamaForCausalLM"]})}
+    folder = write_checkpoint(tmp_path / "other", shards, documents)
+    others = ["consolidated.safetensors", "model.fp16-00001-of-00001.safetensors"]
+    for name in [*others, "model-00001-of-00003.safetensors"]:
+        write_checkpoint(folder, {name: W}, index=False)
+    report = audit(str(folder))
+    # a shard of another count is no shard of this index's series either
+    assert [r.code for r in report.refusals] == []
+    (unread,) = [w for w in report.warnings if w.code == "weight-files-unread"]
+    assert all(name in unread.message for name in others)

@@ -319,7 +319,7 @@ def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
     listed = ", ".join(unread[:10]) + (f" and {len(unread) - 10} more" if len(unread) > 10 else "")
     tensors = sum(len(shard.tensors) for shard in checkpoint.shards)
     has_index = checkpoint.index_text is not None or bool(checkpoint.derived_index)
-    unindexed = _unindexed(unindexed_shards(unread, has_index), named=bool(read))
+    unindexed = _unindexed(unindexed_shards(unread, read if has_index else None), named=bool(read))
     if tensors == 0:
         where = f"; weight files qarm does not read: {listed}" if unread else ""
         return [
