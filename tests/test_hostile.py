@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import struct
 import sys
@@ -741,6 +742,10 @@ def test_a_long_modelopt_exclude_entry_is_audited(tmp_path: Path, run: Any, leng
     result = run("audit", folder(tmp_path, documents), "-f", "json")
     assert result.exit_code == 1, result.stderr  # declared FP8, ships BF16
     assert entry in result.stdout
+    # built without recursion: the factored regex itself, not the fallback loop that a
+    # RecursionError would leave the substring stage to
+    assert matchers_module.trie_regex([entry]) == re.escape(entry)
+    assert matchers_module.SubstringSet([entry])._prefilter
 
 
 def _trie_regex_by_recursion(words: list[str]) -> str:
