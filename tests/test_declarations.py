@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -349,3 +350,44 @@ def test_quantized_layers_read_once_per_entry_give_each_entry_its_own_reading(
         assert any(isinstance(v, tuple) for v in expected.values())
         return
     assert got == expected
+
+
+@pytest.mark.parametrize("size", [0, -4, 16.0, True, "16"])
+def test_a_modelopt_group_size_is_checked_in_config_groups_and_in_either_file(
+    size: object,
+) -> None:
+    """ModelOpt's config.json converter writes the group size in config_groups only: a 0 there
+    was skipped (the default 16 was used, and the checkpoint audited clean), and so was a 0 in
+    an hf_quant_config.json beside a config.json declaration (the other file of the pair)."""
+    from qarm_audit.errors import DeclarationError
+
+    def groups(value: object) -> dict[str, Any]:
+        weights = {"num_bits": 4, "type": "float", "group_size": value}
+        return {"group_0": {"targets": ["Linear"], "weights": weights}}
+
+    inline = {"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": groups(size)}
+    with pytest.raises(DeclarationError, match=r"config_groups\.group_0\.weights\.group_size"):
+        read_declaration({"config.json": json.dumps({"quantization_config": inline})})
+    good = {"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": groups(16)}
+    bad_file = {"quantization": {"quant_algo": "NVFP4", "group_size": size}}
+    with pytest.raises(DeclarationError, match=r"hf_quant_config\.json: quantization\.group_size"):
+        read_declaration(
+            {
+                "config.json": json.dumps({"quantization_config": good}),
+                "hf_quant_config.json": json.dumps(bad_file),
+            }
+        )
+    silent = {"quant_method": "modelopt", "quant_algo": "NVFP4"}  # takes the file's
+    with pytest.raises(DeclarationError, match=r"hf_quant_config\.json: quantization\.group_size"):
+        read_declaration(
+            {
+                "config.json": json.dumps({"quantization_config": silent}),
+                "hf_quant_config.json": json.dumps(bad_file),
+            }
+        )
+    assert (
+        read_declaration({"config.json": json.dumps({"quantization_config": good})})
+        .schemes["NVFP4"]
+        .group_size
+        == 16
+    )

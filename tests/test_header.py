@@ -56,6 +56,8 @@ HOSTILE: list[tuple[str, bytes | str | dict | None, int, int | None, str]] = [
     ("float-dim", {"a": entry("F32", [2.0], 0, 8)}, 8, None, "is not a list of counts"),
     ("bool-dim", {"a": entry("F32", [True, 2], 0, 8)}, 8, None, "is not a list of counts"),
     ("float-offset", {"a": entry("F32", [2], 0.0, 8)}, 8, None, "is not [begin, end]"),
+    ("negative-offset", {"a": entry("F32", [1], -4, 0)}, 4, None, "is not [begin, end]"),
+    ("bool-offset", {"a": entry("F32", [1], False, 4)}, 4, None, "is not [begin, end]"),
     ("overlap", {"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 4, 12)}, 12, None, "overlap"),
     ("hole", {"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 12, 20)}, 20, None, "hole of 4"),
     ("out-of-bounds", {"a": entry("F32", [2], 0, 8)}, 4, None, "8 + header + data"),
@@ -313,3 +315,26 @@ def test_an_index_naming_every_tensor_under_the_wrong_shard_is_refused(tmp_path:
     report = audit(str(tmp_path))
     assert [r.code for r in report.refusals] == ["index-disagrees"]
     assert "not in the header of the shard they name" in report.refusals[0].message
+
+
+def test_an_index_whose_total_size_is_not_the_tensor_bytes_is_refused_in_a_full_report(
+    tmp_path: Path, run
+) -> None:
+    """metadata.total_size that disagrees with the shards it names was a warning (exit 0): an
+    integrity fault of a checkpoint that can otherwise be read is a refusal, exit 1."""
+    tensors = {"a": ("F32", (2,)), "b": ("F32", (2,))}
+    write_checkpoint(tmp_path, {"model-1.safetensors": tensors}, index=True)
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == 16
+    from qarm_audit import audit
+
+    assert audit(str(tmp_path)).refusals == []
+    index["metadata"]["total_size"] = 18
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    report = audit(str(tmp_path))
+    assert [r.code for r in report.refusals] == ["index-total-size"]
+    assert "total_size is 18, tensors hold 16 bytes (difference 2)" in report.refusals[0].message
+    assert report.totals.tensors == 2  # everything else was still audited
+    result = run("audit", tmp_path, "-f", "json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["refusals"][0]["code"] == "index-total-size"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import struct
 import sys
@@ -526,6 +527,50 @@ def test_patterns_only_python_runs_that_can_backtrack_are_refused_before_matchin
     refused(run("audit", path), 2, "catastrophic backtracking")
 
 
+def test_the_pattern_verdict_depends_on_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wall-clock watchdog refused or passed a benign 480-pattern declaration from run to
+    run, with the machine's load. Now each pattern is judged from itself and the name alone:
+    with every clock jumping an hour at each reading, and no timer or signal allowed, the same
+    declarations get the same verdicts (answered in linear time, refused by name, or resolved)."""
+    cases = (
+        [ct_checkpoint([name], ["re:" + pattern]) for pattern, name in SLOW]
+        + [ct_checkpoint(["a" * 60], ["re:" + pattern]) for pattern in UNSAFE]
+        + [
+            ct_checkpoint(
+                [f"model.layers.{i}.mlp.down_proj" for i in range(480)],
+                [f"re:.*layers\\.{i}\\.mlp\\.down_proj$" for i in range(480)],
+            )
+        ]
+    )
+
+    def verdicts() -> list[str]:
+        matchers_module._plan.cache_clear()
+        out = []
+        for ckpt in cases:
+            try:
+                out.append(render_json(audit(ckpt)))
+            except PatternError as exc:
+                out.append(f"refused: {exc}")
+        return out
+
+    calm = verdicts()
+    assert sum(v.startswith("refused: ") for v in calm) == len(UNSAFE)
+    readings = iter(range(10**9))
+
+    def jumping() -> float:
+        return 3600.0 * next(readings)
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a timer or a signal was set while matching patterns")
+
+    for clock in ("monotonic", "perf_counter", "time", "process_time", "thread_time"):
+        monkeypatch.setattr(time, clock, jumping)
+    monkeypatch.setattr(signal, "alarm", forbidden)
+    monkeypatch.setattr(signal, "setitimer", forbidden)
+    monkeypatch.setattr(threading, "Timer", forbidden)
+    assert verdicts() == calm
+
+
 def test_benign_patterns_are_unaffected() -> None:
     names = [f"model.layers.{i}.mlp.down_proj" for i in range(200)]
     report = audit(ct_checkpoint(names, ["re:.*down_proj$"]))
@@ -697,6 +742,10 @@ def test_a_long_modelopt_exclude_entry_is_audited(tmp_path: Path, run: Any, leng
     result = run("audit", folder(tmp_path, documents), "-f", "json")
     assert result.exit_code == 1, result.stderr  # declared FP8, ships BF16
     assert entry in result.stdout
+    # built without recursion: the factored regex itself, not the fallback loop that a
+    # RecursionError would leave the substring stage to
+    assert matchers_module.trie_regex([entry]) == re.escape(entry)
+    assert matchers_module.SubstringSet([entry])._prefilter
 
 
 def _trie_regex_by_recursion(words: list[str]) -> str:
@@ -1031,6 +1080,28 @@ def test_a_closed_stdout_ends_quietly_with_the_exit_code_the_audit_earned(
     assert process.wait(timeout=120) == earned, errors
     assert "Traceback" not in errors and "Error" not in errors, errors
     assert "internal error" not in errors and "Exception ignored" not in errors
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
+def test_with_no_stdout_at_all_the_exit_code_is_still_the_audit_s(tmp_path: Path, fmt: str) -> None:
+    """`qarm audit ... >&-`: the report goes nowhere; the exit code must still say what the
+    audit found (a refused checkpoint exited 0), and nothing is printed but the verdict line."""
+    import os
+    import subprocess
+
+    documents = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")}
+    for source, earned in ((clean_folder(tmp_path), 0), (folder(tmp_path / "r", documents), 1)):
+        done = subprocess.run(
+            [sys.executable, "-m", "qarm_audit", "audit", str(source), "-f", fmt],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if k not in ("QARM_DEBUG",)},
+            preexec_fn=lambda: os.close(1),
+            timeout=120,
+        )
+        errors = done.stderr.decode()
+        assert done.returncode == earned, errors
+        assert "Traceback" not in errors and "Error" not in errors, errors
 
 
 def test_ctrl_c_while_writing_exits_130(tmp_path: Path) -> None:

@@ -685,3 +685,30 @@ def test_an_edited_offline_header_never_passes_for_the_shard(
     result = run("audit", f"org/sharded@{spec.sha}")
     assert result.exit_code == 3
     assert "differs from the shard in the Hub cache" in result.stderr
+
+
+def test_a_persistent_429_on_a_document_is_retried_by_one_loop_only(
+    hub: Any, run: Any, tmp_path: Path, sleeps: Sleeps
+) -> None:
+    """A document answered 429 on every request took 96 s and 49 requests: huggingface_hub's
+    retries ran inside qarm's own. hf_hub_download retries a 429 itself (5 times, waiting what
+    Retry-After asks plus 1 s); qarm does not run it again on top. A 503 on the GET, which
+    hf_hub_download does not retry, is retried by qarm's loop alone."""
+    spec = RepoSpec.from_folder("org/single", single(tmp_path))
+    server = hub(spec)
+    server.rate_limit(retry_after=1, path="*/hf_quant_config.json", count=None)
+    result = run("audit", f"org/single@{spec.sha}")
+    assert result.exit_code == 3 and "HTTP 429" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    # hf_hub_download's own tries only (7 requests, 5 waits of 2 s with huggingface_hub 2.4);
+    # retried by qarm's loop as well, it was 4 times that
+    assert server.count(None, "*/hf_quant_config.json") <= 7
+    assert len(sleeps.calls) <= 5 and sum(sleeps.calls) <= 10
+    sleeps.calls.clear()
+    other = RepoSpec.from_folder("org/other", single(tmp_path / "other"))
+    server = hub(other)
+    server.fail(503, path="*/hf_quant_config.json", method="GET", count=None)
+    result = run("audit", f"org/other@{other.sha}")
+    assert result.exit_code == 3 and "HTTP 503" in result.stderr, result.stderr
+    assert server.count("GET", "*/hf_quant_config.json") == 4  # qarm's attempts, no more
+    assert sleeps.calls == [0.01, 0.02, 0.04]

@@ -143,6 +143,27 @@ def test_a_snapshot_file_the_stored_listing_lacks_refuses_the_offline_audit(
     assert "not this commit's file list" in offline.stderr
 
 
+def test_the_two_stored_file_lists_of_a_commit_must_agree_offline(
+    hub: Any, run: Any, tmp_path: Path
+) -> None:
+    """An online audit and `hf download` each keep the commit's file list. A file taken out of
+    qarm's (a second layout hidden, say) was trusted: the offline audit took qarm's list."""
+    spec = RepoSpec.from_folder("org/x", sharded(tmp_path))
+    hub(spec)
+    cache = tmp_path / "hf"
+    hf("download", "org/x", "--exclude", "*.safetensors", cache=cache)
+    assert run("audit", f"org/x@{spec.sha}").exit_code in (0, 1)
+    both = qarm_offline("audit", f"org/x@{spec.sha}", cache=cache)
+    assert both.returncode in (0, 1), both.stderr  # the two lists agree
+    listing = cache / "models--org--x" / "snapshots" / spec.sha / ".qarm-audit" / "listing.json"
+    stored = json.loads(listing.read_text())
+    stored["files"] = [f for f in stored["files"] if f != "config.json"]
+    listing.write_text(json.dumps(stored))
+    offline = qarm_offline("audit", f"org/x@{spec.sha}", cache=cache)
+    assert offline.returncode == 3, offline.stderr
+    assert "disagree on 'config.json'" in offline.stderr and "edited or is stale" in offline.stderr
+
+
 # -- refs and sizes where huggingface_hub keeps them ---------------------------------------
 
 
@@ -278,16 +299,26 @@ def test_unread_weight_files_of_a_hub_repo_are_reported_online_and_offline(
         documents,
     )
     write_checkpoint(layout, {"model.safetensors": W}, index=False)
+    unindexed = write_checkpoint(
+        tmp_path / "unindexed",
+        {SHARDS[0]: W, SHARDS[1]: {"model.norm.weight": ("BF16", (16,))}},
+        documents,
+    )
+    index = json.loads((unindexed / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {"lm_head.weight": SHARDS[0]}  # the second shard left out
+    (unindexed / "model.safetensors.index.json").write_text(json.dumps(index))
     specs = {
         "org/bin": RepoSpec.from_folder("org/bin", bin_only),
         "org/beside": RepoSpec.from_folder("org/beside", beside),
         "org/layout": RepoSpec.from_folder("org/layout", layout),
+        "org/unindexed": RepoSpec.from_folder("org/unindexed", unindexed),
     }
     hub(*specs.values())
     expected = {
         "org/bin": (["weights-unread"], [], "pytorch_model.bin"),
         "org/beside": ([], ["weight-files-unread"], "original/consolidated.pth"),
         "org/layout": (["second-layout"], [], "model.safetensors"),
+        "org/unindexed": (["index-disagrees", "index-total-size"], [], SHARDS[1]),
     }
     for repo, spec in specs.items():
         online = run("audit", f"{repo}@{spec.sha}", "-f", "json")

@@ -7,7 +7,12 @@ machine is; and without the deadline the run would finish, not hang.
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,6 +92,9 @@ def test_a_dripping_answer_ends_at_the_request_deadline(
     # cut off at the deadline, not read to the end and refused after
     dripped = [r for r in server.records if r.fault == "drip"]
     assert dripped and all(r.body_bytes < size for r in dripped)
+    # and nothing is asked after it: hf_hub_download resumed a cut-off document 5 times, 1 s
+    # apart, each resume cut off at once, before the error
+    assert server.count("GET", path) == 1, [r.path for r in server.records]
 
 
 def test_the_audit_deadline_bounds_every_read_together(
@@ -125,3 +133,42 @@ def test_a_deadline_that_is_not_a_positive_number_is_refused(
 def test_ordinary_reads_finish_well_inside_the_defaults(hub: Any, run: Any, repo: RepoSpec) -> None:
     hub(repo)
     assert run("audit", f"org/slow@{repo.sha}").exit_code in (0, 1)
+
+
+def test_ctrl_c_during_a_dripping_read_exits_130_at_once(
+    hub: Any, repo: RepoSpec, tmp_path: Path
+) -> None:
+    """SIGINT to the real process while its reading threads wait on a dripping answer: the
+    interpreter waited for those threads until the request's deadline (300 s by default)
+    before it exited 130. The reads are cut off when Ctrl-C arrives."""
+    server = hub(repo)
+    server.drip(DRIP, 1, path="*.safetensors", method="GET")  # a header would take minutes
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": server.endpoint,
+        "HF_HUB_CACHE": str(tmp_path / "hf-process"),
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src"),
+    }
+    for name in (REQUEST_ENV, AUDIT_ENV, "HF_TOKEN"):
+        env.pop(name, None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "qarm_audit", "audit", f"org/slow@{repo.sha}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(600):  # until the dripping read has begun (at most 60 s)
+            if any(r.fault == "drip" for r in server.records) or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert any(r.fault == "drip" for r in server.records)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)  # not the 300 s of the request deadline
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err.decode()
+    assert err.decode().endswith("qarm: interrupted; nothing more was written\n"), err.decode()
+    assert out == b""

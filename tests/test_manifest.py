@@ -220,4 +220,4 @@ def test_a_rule_index_carries_its_metadata_into_the_integrity_check(tmp_path: Pa
     assert '"weight_map": "from the shards"' in out.read_text()
     report = audit(str(out))
     assert report.integrity is not None and report.integrity.total_size == 5
-    assert "index-total-size" in [w.code for w in report.warnings]
+    assert "index-total-size" in [r.code for r in report.refusals]

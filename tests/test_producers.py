@@ -196,26 +196,36 @@ def test_planted_unclassified_operand(tmp_path: Path) -> None:
     assert refusals(plant(tmp_path, NV, edit)) == {"unclassified-operand": {DOWN}}
 
 
+UNKNOWN = "it is no operand qarm knows"
 STRAYS = [
-    (NV, "weight_scale_inv", "F32"),
-    (NV, "weight_global_scale", "F32"),
-    (NV, "mystery_scale", "F32"),
-    (NV, "smooth_factor", "BF16"),
-    ("modelopt-fp8", "weight_zero_point", "I8"),
-    ("modelopt-fp8", "weight_g_idx", "I32"),
-    ("llmcompressor-nvfp4", "weight_scale_2", "F32"),
-    ("llmcompressor-nvfp4", "input_scale", "F32"),
+    (NV, "weight_scale_inv", "F32", "it belongs to the block-inv family"),
+    (NV, "weight_global_scale", "F32", "it belongs to the ct-global family"),
+    (NV, "mystery_scale", "F32", UNKNOWN),
+    (NV, "smooth_factor", "BF16", UNKNOWN),
+    ("modelopt-fp8", "weight_zero_point", "I8", "it belongs to the zero-point family"),
+    ("modelopt-fp8", "weight_g_idx", "I32", "it belongs to the g-idx family"),
+    ("llmcompressor-nvfp4", "weight_scale_2", "F32", "it belongs to the modelopt-global family"),
+    ("llmcompressor-nvfp4", "input_scale", "F32", "it belongs to the activation family"),
 ]
 
 
-@pytest.mark.parametrize(("folder", "operand", "dtype"), STRAYS)
+@pytest.mark.parametrize(("folder", "operand", "dtype", "family"), STRAYS)
 def test_planted_stray_beside_a_complete_operand_set(
-    tmp_path: Path, folder: str, operand: str, dtype: str
+    tmp_path: Path, folder: str, operand: str, dtype: str, family: str
 ) -> None:
+    """The refusal names the tensor, what the scheme writes instead, and the family the stray
+    belongs to (or that it belongs to none)."""
+
     def edit(t: Tensors) -> None:
         t[f"{DOWN}.{operand}"] = zeros(dtype, ())
 
-    assert refusals(plant(tmp_path, folder, edit), engine="vllm") == {"operand-unexpected": {DOWN}}
+    planted = plant(tmp_path, folder, edit)
+    assert refusals(planted, engine="vllm") == {"operand-unexpected": {DOWN}}
+    (refusal,) = audit(str(planted), engine="vllm").refusals
+    assert refusal.tensor == f"{DOWN}.{operand}"
+    assert refusal.message.startswith(f"{DOWN}.{operand} ({dtype} []) is no operand of ")
+    assert "weight" in refusal.message.split("writes it (", 1)[1]  # what it writes instead
+    assert refusal.message.endswith(f"; {family}")
 
 
 def test_planted_missing_input_scale_on_w4a4(tmp_path: Path) -> None:
@@ -298,5 +308,9 @@ def test_planted_index_header_disagreement(tmp_path: Path) -> None:
     )
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     report = audit(str(folder))
-    assert {r.code for r in report.refusals} == {"index-disagrees"}
-    assert "not in the header of the shard they name" in report.refusals[0].message
+    # lm_head.weight, the last shard's only tensor, is moved: that shard is named no more, and
+    # the index's total_size no longer matches the shards it names
+    assert {r.code for r in report.refusals} == {"index-disagrees", "index-total-size"}
+    messages = [r.message for r in report.refusals if r.code == "index-disagrees"]
+    assert any("not in the header of the shard they name" in m for m in messages)
+    assert any("model-00004-of-00004.safetensors sits beside" in m for m in messages)

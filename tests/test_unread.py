@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from conftest import write_checkpoint
 from qarm_audit import audit
+from qarm_audit.sources.checkpoint import INDEX_FILE
 
 PRODUCER = Path(__file__).parent.parent / "fixtures" / "producers" / "modelopt-nvfp4"
 DOCUMENTS = {
@@ -65,3 +67,63 @@ def test_a_bin_file_beside_the_shards_read_is_a_warning(tmp_path: Path) -> None:
     folder = write_checkpoint(tmp_path / "both", {"model.safetensors": W}, documents)
     (folder / "pytorch_model.bin").write_bytes(b"\0" * 16)
     assert _codes(folder) == {"refusals": [], "warnings": ["weight-files-unread"]}
+
+
+def test_an_index_naming_no_shard_while_shards_exist_names_both(tmp_path: Path, run: Any) -> None:
+    """An index whose weight_map is {} next to a BF16 shard: 0 tensors in 0 shards, and the
+    report named the shard as an unread weight file but not the index that left it out."""
+    folder = write_checkpoint(
+        tmp_path / "empty", {"model-00001-of-00001.safetensors": W}, DOCUMENTS
+    )
+    (folder / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    report = audit(str(folder))
+    assert sorted(r.code for r in report.refusals) == ["index-disagrees", "weights-unread"]
+    (disagrees,) = [r for r in report.refusals if r.code == "index-disagrees"]
+    assert INDEX_FILE in disagrees.message and "names no shard" in disagrees.message
+    assert disagrees.tensor == "model-00001-of-00001.safetensors"
+    assert run("audit", folder).exit_code == 1
+
+
+def test_a_shard_the_index_does_not_name_is_refused_by_name(tmp_path: Path, run: Any) -> None:
+    """A top-level shard the index leaves out (an index written without it, or one name of a
+    shard's only tensor deleted from weight_map) was only a weight-files-unread warning, exit
+    0: vLLM and transformers load the index's shards, and its tensors are never loaded."""
+    shards = {
+        "model-00001-of-00002.safetensors": W,
+        "model-00002-of-00002.safetensors": {"lm_head.weight": ("BF16", (16, 16))},
+    }
+    documents = {"config.json": json.dumps({"architectures": ["LlamaForCausalLM"]})}
+    folder = write_checkpoint(tmp_path / "left-out", shards, documents)
+    index = json.loads((folder / INDEX_FILE).read_text())
+    del index["weight_map"]["lm_head.weight"]
+    index["metadata"]["total_size"] -= 2 * 16 * 16
+    (folder / INDEX_FILE).write_text(json.dumps(index))
+    report = audit(str(folder))
+    assert [(r.code, r.tensor) for r in report.refusals] == [
+        ("index-disagrees", "model-00002-of-00002.safetensors")
+    ]
+    assert "does not name it" in report.refusals[0].message
+    assert [w.code for w in report.warnings] == []  # not also an unread weight file
+    result = run("audit", folder, "-f", "json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["refusals"][0]["code"] == "index-disagrees"
+
+
+def test_another_layout_beside_an_index_is_named_not_refused(tmp_path: Path) -> None:
+    """Safetensors files beside an index that are no shard of its series are another layout
+    (Mistral's consolidated.safetensors, a variant's shards, an adapter): transformers and
+    vLLM's default loader follow the index, so they are listed as unread, as before."""
+    shards = {
+        "model-00001-of-00002.safetensors": W,
+        "model-00002-of-00002.safetensors": {"lm_head.weight": ("BF16", (16, 16))},
+    }
+    documents = {"config.json": json.dumps({"architectures": ["LlamaForCausalLM"]})}
+    folder = write_checkpoint(tmp_path / "other", shards, documents)
+    others = ["consolidated.safetensors", "model.fp16-00001-of-00001.safetensors"]
+    for name in [*others, "model-00001-of-00003.safetensors"]:
+        write_checkpoint(folder, {name: W}, index=False)
+    report = audit(str(folder))
+    # a shard of another count is no shard of this index's series either
+    assert [r.code for r in report.refusals] == []
+    (unread,) = [w for w in report.warnings if w.code == "weight-files-unread"]
+    assert all(name in unread.message for name in others)

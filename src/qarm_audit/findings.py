@@ -78,6 +78,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.REFUSAL,
         "the index and the shard headers disagree by name (a name, or a shard, one side lacks)",
     ),
+    "index-total-size": (
+        Severity.REFUSAL,
+        "the index's metadata.total_size is not the sum of tensor bytes",
+    ),
     "weights-unread": (
         Severity.REFUSAL,
         "a checkpoint was audited and no tensor of it was read",
@@ -192,11 +196,6 @@ CODES: dict[str, tuple[Severity, str]] = {
     "ignore-unmatched": (
         Severity.INFO,
         "an ignore rule (qarm.toml, pyproject.toml or --ignore) matched no finding",
-    ),
-    # integrity
-    "index-total-size": (
-        Severity.WARNING,
-        "the index's metadata.total_size is not the sum of tensor bytes",
     ),
 }
 """Every finding code, its severity and what it means. Codes are a public contract."""

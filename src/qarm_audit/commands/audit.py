@@ -44,7 +44,7 @@ from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
 from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
-from ..sources.unread import second_layout, unread_of
+from ..sources.unread import second_layout, unindexed_shards, unread_of
 
 if TYPE_CHECKING:
     from ..sources.hub import HubObserver
@@ -301,12 +301,32 @@ def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:
     return offline + _unread_of(checkpoint)
 
 
+def _unindexed(shards: list[str], *, named: bool) -> list[Finding]:
+    """One index-disagrees refusal per shard beside the index that it does not name."""
+    said = (
+        "does not name it: a loader that follows the index never reads it"
+        if named
+        else "names no shard (its weight_map is empty or names none of them): a loader that "
+        "follows the index reads no tensor"
+    )
+    return [
+        finding(
+            "index-disagrees",
+            f"{shard} sits beside {INDEX_FILE}, which {said}",
+            tensor=shard,
+        )
+        for shard in shards
+    ]
+
+
 def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
     origin = checkpoint.origin
     read = {shard.file for shard in checkpoint.shards}
     unread = unread_of(checkpoint)
     listed = ", ".join(unread[:10]) + (f" and {len(unread) - 10} more" if len(unread) > 10 else "")
     tensors = sum(len(shard.tensors) for shard in checkpoint.shards)
+    has_index = checkpoint.index_text is not None or bool(checkpoint.derived_index)
+    unindexed = _unindexed(unindexed_shards(unread, read if has_index else None), named=bool(read))
     if tensors == 0:
         where = f"; weight files qarm does not read: {listed}" if unread else ""
         return [
@@ -314,12 +334,11 @@ def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
                 "weights-unread",
                 f"{origin.location}: no tensor was read ({plural(len(read), 'safetensors shard')}, "
                 f"0 tensors){where}; nothing the declaration says was checked",
-            )
+            ),
+            *unindexed,
         ]
-    out: list[Finding] = []
-    single = second_layout(
-        unread, checkpoint.index_text is not None or bool(checkpoint.derived_index)
-    )
+    out: list[Finding] = list(unindexed)
+    single = second_layout(unread, has_index)
     if single is not None:
         out.append(
             finding(
@@ -329,7 +348,7 @@ def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
                 tensor=single,
             )
         )
-    rest = [f for f in unread if f != single]
+    rest = [f for f in unread if f != single and not any(f == u.tensor for u in unindexed)]
     if rest:
         shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
         out.append(

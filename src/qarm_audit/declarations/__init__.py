@@ -234,7 +234,10 @@ def _modelopt(candidate: _Candidate) -> tuple[mo.Normalized, BaseModel]:
         )
         return mo.normalize_file(parsed_file), parsed_file
     parsed: mo.InlineConfig = _validate(mo.InlineConfig, candidate.block, candidate.where)
-    return mo.normalize_inline(parsed), parsed
+    try:
+        return mo.normalize_inline(parsed), parsed
+    except ValueError as exc:  # a config_groups group size that is no positive integer
+        raise DeclarationError(candidate.where, str(exc)) from None
 
 
 def _modelopt_declaration(
@@ -468,7 +471,7 @@ def _group_size_elsewhere(winner: _Candidate, candidates: list[_Candidate]) -> i
         try:
             size = _modelopt(other)[0].group_size
         except DeclarationError:
-            continue  # reported as that file's own finding
+            continue  # refused by name when the two are compared (_compare)
         if size is not None:
             return size
     return None
@@ -522,11 +525,10 @@ def _compare(winner: _Candidate, other: _Candidate) -> list[Finding]:
         ]
     if _method(winner) != "modelopt":
         return []
-    try:
-        a, _ = _modelopt(winner)
-        b, _ = _modelopt(other)
-    except DeclarationError:
-        return []
+    # The other file is read as strictly as the winner (a group size of 0 in it is refused by
+    # name): where the winner states no group size, the other one's is used.
+    a, _ = _modelopt(winner)
+    b, _ = _modelopt(other)
     out: list[Finding] = []
 
     def differ(what: str, left: object, right: object) -> None:

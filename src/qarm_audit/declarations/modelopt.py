@@ -10,6 +10,7 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    TypeAdapter,
     ValidationError,
     ValidatorFunctionWrapHandler,
 )
@@ -142,14 +143,32 @@ def kv_algo_of_scheme(scheme: dict[str, Any] | str | None) -> str | None:
     return f"{scheme.get('type')}{scheme.get('num_bits')}"
 
 
+_GROUP_SIZE: TypeAdapter[int] = TypeAdapter(GroupSize)
+
+
 def _group_size_of_groups(groups: dict[str, Any] | None) -> int | None:
-    """ModelOpt's config.json converter writes the group size inside ``config_groups`` only."""
-    for group in (groups or {}).values():
-        weights = group.get("weights") if isinstance(group, dict) else None
-        size = weights.get("group_size") if isinstance(weights, dict) else None
-        if isinstance(size, int) and size > 0:
-            return size
-    return None
+    """ModelOpt's config.json converter writes the group size inside ``config_groups`` only.
+    Every group size stated there is a positive JSON integer (vLLM reads the first weights'
+    one): ``0``, negatives, floats, bools and strings raise a ``ValueError`` naming the field."""
+    found: int | None = None
+    for name, group in (groups or {}).items():
+        if not isinstance(group, dict):
+            continue
+        for part in ("weights", "input_activations"):
+            args = group.get(part)
+            size = args.get("group_size") if isinstance(args, dict) else None
+            if size is None:
+                continue
+            try:
+                _GROUP_SIZE.validate_python(size)
+            except ValidationError as exc:
+                raise ValueError(
+                    f"config_groups.{name}.{part}.group_size: {exc.errors()[0]['msg']} "
+                    f"(got {size!r})"
+                ) from None
+            if part == "weights" and found is None:
+                found = size
+    return found
 
 
 def normalize_inline(config: InlineConfig) -> Normalized:

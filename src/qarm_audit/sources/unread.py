@@ -8,7 +8,8 @@ report from calling clean what it never read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from .checkpoint import SINGLE_FILE, Checkpoint
@@ -68,3 +69,30 @@ def unlisted_weight_files(listed: Iterable[str], read: set[str]) -> list[str]:
 def second_layout(unread: list[str], has_index: bool) -> str | None:
     """``model.safetensors`` left unread beside an index (transformers would load it)."""
     return SINGLE_FILE if has_index and SINGLE_FILE in unread else None
+
+
+def unindexed_shards(unread: list[str], indexed: Collection[str] | None) -> list[str]:
+    """Top-level shards beside an index that leaves them out: of the series the index names
+    (``model-00003-of-00003.safetensors`` beside an index naming only the first two), or any
+    top-level shard when the index names none. A loader that follows the index never reads
+    them. ``indexed``: the shards the index names; None without an index.
+
+    Other safetensors files beside an index are another layout, listed as unread weight files:
+    ``model.safetensors`` (a second layout, see :func:`second_layout`), Mistral's own
+    ``consolidated.safetensors``, a variant's shards (``model.fp16-00001-of-00002``), an
+    adapter."""
+    if indexed is None:
+        return []
+    series = {m.group(1, 2) for m in map(_SERIES.fullmatch, indexed) if m is not None}
+    out = []
+    for name in unread:
+        if "/" in name or not name.endswith(".safetensors") or name == SINGLE_FILE:
+            continue
+        found = _SERIES.fullmatch(name)
+        if not indexed or (found is not None and found.group(1, 2) in series):
+            out.append(name)
+    return out
+
+
+_SERIES = re.compile(r"(.+)-[0-9]{5}-of-([0-9]{5})\.safetensors")
+"""A shard of a sharded checkpoint as transformers names it: prefix and shard count."""

@@ -25,7 +25,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -68,6 +68,9 @@ class Deadline:
         self.audit_seconds = audit
         self.clock = clock
         self.audit_end = clock() + audit
+        self.interrupted = False
+        self._live: set[socket.socket] = set()
+        self._lock = threading.Lock()
 
     def begin(self, where: str, what: str) -> RequestDeadline:
         """The deadline of a request starting now."""
@@ -76,6 +79,26 @@ class Deadline:
     def left(self) -> float:
         """Seconds left to the audit."""
         return self.audit_end - self.clock()
+
+    def interrupt(self) -> None:
+        """Ctrl-C reached the thread waiting for the reads: every answer arriving is cut off
+        now and no request is made or retried, so the reading threads end at once (the
+        interpreter waits for them before it exits; a dripping answer held Ctrl-C until the
+        request's deadline, 300 s by default)."""
+        with self._lock:
+            self.interrupted = True
+            live = list(self._live)
+        for sock in live:
+            _shut(sock)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Around waiting for reading threads: Ctrl-C interrupts their reads too."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.interrupt()
+            raise
 
 
 _CURRENT = threading.local()
@@ -89,6 +112,16 @@ def install() -> None:
     hooks = get_session().event_hooks
     if _watch not in hooks.get("response", []):
         hooks["response"] = [*hooks.get("response", []), _watch]
+    if _late not in hooks.get("request", []):
+        hooks["request"] = [*hooks.get("request", []), _late]
+
+
+def _late(request: httpx2.Request) -> None:
+    """No request is sent once its deadline has passed: ``hf_hub_download`` resumes a download
+    cut off at the deadline (5 times, 1 s apart), and each resume ends here at once."""
+    deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
+    if deadline is not None:
+        deadline.check()
 
 
 def _watch(response: httpx2.Response) -> None:
@@ -110,6 +143,7 @@ class RequestDeadline:
         self.where = where
         self.what = what
         self._timers: list[threading.Timer] = []
+        self._socks: list[socket.socket] = []
         self._outer: RequestDeadline | None = None
 
     def __enter__(self) -> RequestDeadline:
@@ -127,9 +161,20 @@ class RequestDeadline:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        with self.owner._lock:
+            self.owner._live.difference_update(self._socks)
+        self._socks.clear()
 
     def watch(self, sock: socket.socket) -> None:
-        """Shut ``sock`` down when this deadline passes (at once if it has)."""
+        """Shut ``sock`` down when this deadline passes (at once if it has), or when the run
+        is interrupted."""
+        with self.owner._lock:
+            interrupted = self.owner.interrupted
+            self.owner._live.add(sock)
+            self._socks.append(sock)
+        if interrupted:
+            _shut(sock)
+            return
         left = min(self.end, self.owner.audit_end) - self.owner.clock()
         timer = threading.Timer(max(left, 0.0), _shut, (sock,))
         timer.daemon = True
@@ -139,6 +184,8 @@ class RequestDeadline:
     def check(self, wait: float = 0.0) -> None:
         """Raise once the request's or the audit's deadline has passed (or would, after
         waiting ``wait`` seconds)."""
+        if self.owner.interrupted:
+            raise HubDeadlineError(self.where, f"{self.what}: interrupted")
         now = self.owner.clock() + wait
         if now > self.owner.audit_end:
             raise HubDeadlineError(

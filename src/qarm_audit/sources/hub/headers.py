@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from contextlib import nullcontext
 
 from ...errors import SourceSpecError, UsageError
 from ..checkpoint import ShardHeader
@@ -63,9 +64,10 @@ class HeaderFetcher:
                 pool.submit(self._shard, shard, i >= workers): shard.file
                 for i, shard in enumerate(shards)
             }
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                self.watch.header_read(futures[future])
+            with self.ctx.deadline.interruptible() if self.ctx.deadline else nullcontext():
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    self.watch.header_read(futures[future])
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             self.watch.headers_finished()

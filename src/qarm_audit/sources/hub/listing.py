@@ -13,6 +13,7 @@ import re
 import urllib.parse
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from huggingface_hub import HfApi, ModelInfo, hf_hub_url
@@ -136,9 +137,11 @@ def documents(ctx: Context, api: HfApi, policy: RetryPolicy, names: list[str]) -
         )
         return read_text(Path(path), name)
 
+    interruptible = ctx.deadline.interruptible() if ctx.deadline else nullcontext()
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="qarm-doc") as pool:
         futures = {name: pool.submit(document, name) for name in names}
-        return {name: future.result() for name, future in futures.items()}
+        with interruptible:
+            return {name: future.result() for name, future in futures.items()}
 
 
 def shard_files(

@@ -64,7 +64,10 @@ def read_offline(ctx: Context, *, pinned: bool, watch: HubObserver) -> Checkpoin
     ctx = dataclasses.replace(ctx, sha=sha)
     snapshot = storage / "snapshots" / sha
     headers = snapshot / CACHE_DIR
-    listing = _qarm_listing(headers) or _tree_listing(storage, sha)
+    stored, tree = _qarm_listing(headers), _tree_listing(storage, sha)
+    if stored is not None and tree is not None:
+        _agree(ctx, sha, stored, tree)
+    listing = stored or tree
     if listing is None:
         raise HubOfflineError(
             ctx.location,
@@ -101,6 +104,24 @@ def read_offline(ctx: Context, *, pinned: bool, watch: HubObserver) -> Checkpoin
         parsed_index=index,
         listed_files=tuple(sorted(listing.files)),
     )
+
+
+def _agree(ctx: Context, sha: str, stored: _Listing, tree: _Listing) -> None:
+    """qarm's stored listing and huggingface_hub's of the same commit name the same files, of
+    the same sizes where both know one; else one was edited (or is stale) and neither is
+    trusted."""
+    differ = sorted(set(stored.files) ^ set(tree.files))
+    differ += sorted(
+        name
+        for name, (size, _) in stored.files.items()
+        if size is not None and tree.files.get(name, (None, None))[0] not in (None, size)
+    )
+    if differ:
+        raise HubOfflineError(
+            ctx.location,
+            f"{stored.origin} and {tree.origin} disagree on {', '.join(map(repr, differ[:3]))} "
+            f"of {ctx.repo}@{sha}: the offline cache was edited or is stale; audit online",
+        )
 
 
 def _cached_ref(storage: Path, ref: str) -> str | None:
