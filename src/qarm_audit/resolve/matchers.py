@@ -148,14 +148,8 @@ class PrefixIndex:
 
 
 class _PatternSet:
-    """The first pattern, in declaration order, that ``re.match``-es a name (start-anchored).
-
-    Each pattern is planned once (:mod:`.regex_plan`): a name is tried only against the
-    patterns whose required literals it holds (found by one Aho-Corasick pass over the name,
-    flat in the number of patterns) and those with none; each candidate is matched in re2
-    where re2 has the pattern's exact semantics for that name, else in Python's ``re`` where
-    that cannot backtrack catastrophically, else refused. No clock is involved: the same
-    patterns and names always give the same answer or the same refusal."""
+    """A set of ``re:`` patterns, planned once, and what each name it was asked about matched
+    (see :class:`FirstMatch`, its views in each order)."""
 
     def __init__(self, patterns: Sequence[str], where: str) -> None:
         self.patterns = list(patterns)
