@@ -207,8 +207,15 @@ def test_awq_layout_under_gptq(tmp_path: Path) -> None:
 
 
 def test_scales_group_count_disagrees_with_group_size(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.scales"] = zeros("F16", (2, 64))  # group 64 of in=128; declared 32
+
+    assert refusals(plant(tmp_path, W4, edit)) == {"operand-shape": {DOWN}}
+
+
+def test_declared_group_size_other_than_the_shipped_one(tmp_path: Path) -> None:
     folder = _config(copy(tmp_path, W4), group_size=64)
-    assert refusals(folder) == {"operand-shape": {m for m in _linears()}}
+    assert refusals(folder) == {"operand-shape": _linears()}
 
 
 def test_qzeros_packed_for_other_bits(tmp_path: Path) -> None:
