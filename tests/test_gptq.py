@@ -288,3 +288,11 @@ def _linears() -> set[str]:
     leaves = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"]
     leaves += ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
     return {f"model.layers.{i}.{leaf}" for i in (0, 1) for leaf in leaves}
+
+
+@pytest.mark.parametrize("release", ["0.5.22", "0.5.23"])
+def test_sglang_gptq_routing_is_unknown_with_its_reason(release: str) -> None:
+    report = audit(str(CORPUS / W4), engine=f"sglang=={release}")
+    (arm,) = report.arms
+    assert arm.executed == "unknown"
+    assert "gptq_marlin only" in arm.reason
