@@ -296,3 +296,9 @@ def test_sglang_gptq_routing_is_unknown_with_its_reason(release: str) -> None:
     (arm,) = report.arms
     assert arm.executed == "unknown"
     assert "gptq_marlin only" in arm.reason
+
+
+def test_declared_shows_the_dynamic_rule_count_and_diff_the_skips() -> None:
+    report = audit(str(CORPUS / DYNAMIC), engine="vllm")
+    assert report.declaration.rules == {"dynamic": 2}
+    assert report.declaration.excludes == [r"-:.*\.1\.mlp\.down_proj"]

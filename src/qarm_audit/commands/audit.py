@@ -523,6 +523,11 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
     if declaration.bnb is not None:
         rules["llm_int8_skip_modules"] = len(declaration.bnb.skip_modules)
         excludes = list(declaration.bnb.skip_modules)
+    if declaration.gptq is not None:
+        rules["dynamic"] = len(declaration.gptq.dynamic)
+        if declaration.gptq.quantize_list is not None:
+            rules["modules_in_block_to_quantize"] = len(declaration.gptq.quantize_list)
+        excludes = [f"-:{p}" for p, scheme in declaration.gptq.dynamic if scheme is None]
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,
