@@ -59,3 +59,44 @@ def gptq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
             )
         )
     return out_findings
+
+
+def awq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
+    """AWQ (vLLM's ``AutoAWQMarlinLinearMethod`` / ``AutoAWQLinearMethod.create_weights``):
+    ``qweight`` I32 ``[in, out / pack]`` (packed along the output), ``qzeros`` I32
+    ``[groups, out / pack]``, ``scales`` ``[groups, out]``; ``in`` is the packed weight's first
+    dimension, ``out`` the scales' second where shipped."""
+    qweight = info.operands.get("qweight")
+    bits = scheme.weight_bits or 4
+    if qweight is None or qweight.dtype != "I32" or len(qweight.shape) != 2:
+        return []
+    inner, cols = qweight.shape
+    scales = info.operands.get("scales")
+    out = scales.shape[1] if scales is not None and len(scales.shape) == 2 else cols * 32 // bits
+    group = scheme.group_size or inner
+    groups = -(-inner // group)
+    pack = 32 // bits
+    expected = {
+        "qweight": (
+            (inner, out * bits // 32),
+            f"packs {pack} weights an int32 word along the output: [in, out/{pack}]",
+        ),
+        "qzeros": ((groups, out * bits // 32), f"writes [groups, out/{pack}]"),
+        "scales": ((groups, out), "writes [groups, out]"),
+    }
+    found: list[Finding] = []
+    for operand, (shape, why) in expected.items():
+        entry = info.operands.get(operand)
+        if entry is None or tuple(entry.shape) == shape:
+            continue
+        grouping = f"group {scheme.group_size}" if scheme.group_size else "one group"
+        found.append(
+            finding(
+                "operand-shape",
+                f"{entry.name} has shape {list(entry.shape)}; {scheme.name} ({grouping}) with a "
+                f"layer of in={inner}, out={out} {why}: {list(shape)}",
+                module=info.name,
+                tensor=entry.name,
+            )
+        )
+    return found

@@ -17,14 +17,15 @@ from pydantic import BaseModel, ValidationError
 from ..errors import DeclarationError
 from ..findings import Finding, finding
 from ..sources.header import loads_strict
+from . import awq, gptq
 from . import bitsandbytes as bnb
 from . import compressed_tensors as ct
 from . import fp8 as native_fp8
-from . import gptq
 from . import modelopt as mo
 from .schemes import Scheme, modelopt_scheme
 
 __all__ = [
+    "AwqRules",
     "BnbRules",
     "CompressedTensorsRules",
     "Declaration",
@@ -93,6 +94,18 @@ class GptqRules:
 
 
 @dataclass(frozen=True)
+class AwqRules:
+    """A ``quant_method: awq`` declaration: one scheme for every Linear and MoE layer the engine
+    builds with a quant method (the head only with ``lm_head``), but those a
+    ``modules_to_not_convert`` entry occurs inside."""
+
+    scheme: Scheme
+    lm_head: bool
+    not_convert: tuple[str, ...] | None
+    """None: vLLM takes every module that ships only float tensors."""
+
+
+@dataclass(frozen=True)
 class KvDeclaration:
     algo: str
     """``FP8``, ``NVFP4``, ``INT8`` ..., as declared."""
@@ -103,7 +116,7 @@ class KvDeclaration:
 class Declaration:
     family: str
     """``modelopt``, ``compressed-tensors``, ``fp8`` (native ``quant_method: fp8``),
-    ``bitsandbytes``, ``gptq``, ``none``
+    ``bitsandbytes``, ``gptq``, ``awq``, ``none``
     (declares no quantization, e.g. sparsity only), ``absent`` (no declaration document at
     all) or ``unreadable``."""
     source: str
@@ -116,6 +129,7 @@ class Declaration:
     fp8: Fp8Rules | None = None
     bnb: BnbRules | None = None
     gptq: GptqRules | None = None
+    awq: AwqRules | None = None
     kv: KvDeclaration | None = None
     producer: str | None = None
     findings: tuple[Finding, ...] = ()
@@ -134,7 +148,14 @@ class Declaration:
 
     @property
     def quantized(self) -> bool:
-        return self.family in ("modelopt", "compressed-tensors", "fp8", "bitsandbytes", "gptq")
+        return self.family in (
+            "modelopt",
+            "compressed-tensors",
+            "fp8",
+            "bitsandbytes",
+            "gptq",
+            "awq",
+        )
 
 
 @dataclass(frozen=True)
@@ -492,6 +513,25 @@ def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Dec
     )
 
 
+def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: awq.AwqConfig = _validate(awq.AwqConfig, candidate.block, candidate.where)
+    notes: list[Finding] = []
+    extras = _extras(parsed)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    scheme = awq.to_scheme(parsed)
+    return Declaration(
+        "awq",
+        candidate.where,
+        method="awq",
+        algo="awq",
+        schemes={scheme.name: scheme},
+        awq=AwqRules(scheme=scheme, lm_head=parsed.lm_head, not_convert=parsed.not_convert),
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
 def _declaration_of(
     candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
 ) -> Declaration:
@@ -506,13 +546,15 @@ def _declaration_of(
         return _bnb_declaration(candidate, considered)
     if method == "gptq":
         return _gptq_declaration(candidate, considered)
+    if method == "awq":
+        return _awq_declaration(candidate, considered)
     return Declaration(
         "unreadable",
         candidate.where,
         method=method,
         considered=considered,
         reason=f"quant_method {method!r}: qarm reads modelopt, compressed-tensors, "
-        "fp8, bitsandbytes and gptq declarations only",
+        "fp8, bitsandbytes, gptq and awq declarations only",
     )
 
 

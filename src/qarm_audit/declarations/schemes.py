@@ -18,6 +18,7 @@ FAMILY_LABELS = {
     "bnb-fp4": "BNB-FP4",
     "bnb-int8": "BNB-INT8",
     "gptq": "INT",
+    "autoawq": "INT",
 }
 
 
@@ -32,10 +33,10 @@ class Scheme:
     name: str
     producer: str
     """``modelopt``, ``compressed-tensors``, ``fp8`` (a native ``quant_method: fp8``),
-    ``bitsandbytes`` or ``gptq``."""
+    ``bitsandbytes``, ``gptq`` or ``awq``."""
     family: str
     """``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq``, ``bnb-nf4``, ``bnb-fp4``,
-    ``bnb-int8``, ``gptq`` or ``unknown``."""
+    ``bnb-int8``, ``gptq``, ``autoawq`` (AutoAWQ's ``quant_method: awq``) or ``unknown``."""
     weight_bits: int | None
     weight_type: str | None
     weight_strategy: str | None

@@ -123,6 +123,10 @@ def resolve(
         from .gptq import resolve_gptq  # built on this module's memberships
 
         return resolve_gptq(declaration.gptq, modules)
+    if declaration.awq is not None:
+        from .awq import resolve_awq  # built on this module's memberships
+
+        return resolve_awq(declaration.awq, modules)
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 
