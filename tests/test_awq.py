@@ -1,6 +1,8 @@
-"""``quant_method: awq`` checkpoints. No AWQ producer runs here (AutoAWQ needs CUDA to quantize),
-so these checkpoints are **not producer output**: they are written with the safetensors library
-in exactly the layout vLLM's loader creates for them (``AutoAWQMarlinLinearMethod`` and
+"""``quant_method: awq`` checkpoints: one written by GPTQModel's AWQ quantizer on the CPU
+(fixtures/producers/make_gptq.py, ``gptqmodel-awq-w4g32-llama``: GEMM layout, ``zero_point``
+false, BF16 scales), and, for the defects and the other declarations, checkpoints that are
+**not producer output**: written with the safetensors library in exactly the layout vLLM's
+loader creates for them (``AutoAWQMarlinLinearMethod`` and
 ``BaseAWQLinearMethod.create_weights``, vllm/model_executor/layers/quantization/auto_awq.py,
 0.30-0.33): ``qweight`` I32 ``[in, out/8]``, ``qzeros`` I32 ``[in/group, out/8]``, ``scales``
 F16 ``[in/group, out]`` beside a tiny Llama's BF16 norms, embedding and head. They live in
@@ -18,9 +20,11 @@ from conftest import REPO
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import DeclarationError
-from test_producers import Tensors, drop, write_tensors, zeros
+from test_producers import Tensors, drop, plant, write_tensors, zeros
 
-LLAMA = REPO / "fixtures" / "producers" / "gptqmodel-gptq-w4g32-llama" / "config.json"
+CORPUS = REPO / "fixtures" / "producers"
+PRODUCED = "gptqmodel-awq-w4g32-llama"
+LLAMA = CORPUS / "gptqmodel-gptq-w4g32-llama" / "config.json"
 DOWN = "model.layers.0.mlp.down_proj"
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 SHAPES = {  # [out, in] of each linear of the tiny Llama (hidden 64, 4 heads, 2 kv heads)
@@ -80,6 +84,23 @@ def test_awq_in_the_loader_layout_audits_clean(tmp_path: Path, release: str) -> 
     got = {b.scheme: (b.tensors, b.modules) for b in report.buckets if b.tensors}
     assert got == {"AWQ_W4_G32": (42, 14), "unlisted": (7, 7)}
     assert {a.executed for a in report.arms} == {"W4A16-INT"}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_gptqmodel_awq_checkpoint_audits_clean(release: str) -> None:
+    report = audit(str(CORPUS / PRODUCED), engine=f"vllm=={release}")
+    assert report.refusals == [] and report.warnings == [] and report.notes == []
+    got = {b.scheme: (b.tensors, b.modules) for b in report.buckets if b.tensors}
+    assert got == {"AWQ_W4_G32_SYM": (42, 14), "unlisted": (7, 7)}
+    assert sum(b.tensors for b in report.buckets) == report.totals.tensors
+    assert {a.executed for a in report.arms} == {"W4A16-INT"}
+
+
+def test_gptqmodel_awq_with_g_idx_planted_is_refused(tmp_path: Path) -> None:
+    def edit(t: Tensors) -> None:
+        t[f"{DOWN}.g_idx"] = zeros("I32", (128,))
+
+    assert refusals(plant(tmp_path, PRODUCED, edit)) == {"operand-unexpected": {DOWN}}
 
 
 def test_w_bit_and_q_group_size_are_read_first() -> None:

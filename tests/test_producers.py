@@ -38,6 +38,7 @@ NO_ARM_IN_NAME_PROBE = {
     "modelopt-int8-sq",
     "modelopt-mxfp4",
     "modelopt-mxfp8",
+    "gptqmodel-awq-w4g32-llama",
     "gptqmodel-gptq-w4-channel-llama",
     "gptqmodel-gptq-w4g32-actorder-llama",
     "gptqmodel-gptq-w4g32-dynamic-llama",

@@ -37,6 +37,13 @@ class AwqConfig(BaseModel):
     """AutoAWQ's kernel layout (``gemm``); vLLM does not read it."""
     format: str | None = None
     backend: str | None = None
+    # GPTQModel's AWQ export also writes these; vLLM reads none of them
+    checkpoint_format: str | None = None
+    desc_act: StrictBool | None = None
+    sym: StrictBool | None = None
+    method: str | None = None
+    pack_dtype: str | None = None
+    meta: dict[str, object] | None = None
 
     @model_validator(mode="before")
     @classmethod
