@@ -526,10 +526,14 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      '        "qweight": (inner * bits // 32, out),',
      '        "qweight": tuple(qweight.shape),'),
     ("gptq-scales-group-count", "check/gptq.py",
+     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
      "        if entry is None or tuple(entry.shape) == shape:",
+     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
      '        if entry is None or tuple(entry.shape) == shape or operand == "scales":'),
     ("gptq-qzeros-packed-columns", "check/gptq.py",
+     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
      "        if entry is None or tuple(entry.shape) == shape:",
+     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
      '        if entry is None or tuple(entry.shape) == shape or operand == "qzeros":'),
     ("gptq-vllm-bits-refused", "engines/refusals.py",
      "        and (error.declared_bits_not is None or scheme.weight_bits not in error.declared_bits_not)",
