@@ -248,3 +248,9 @@ def test_sglang_awq_routing_is_unknown_with_its_reason(tmp_path: Path, release: 
     report = audit(str(checkpoint(tmp_path)), engine=f"sglang=={release}")
     assert {a.executed for a in report.arms} == {"unknown"}
     assert "AWQ routing" in report.arms[0].reason
+
+
+def test_explain_traces_the_awq_skip(tmp_path: Path, run: Any) -> None:
+    folder = checkpoint(tmp_path, modules_to_not_convert=["o_proj"])
+    result = run("explain", folder, "model.layers.0.self_attn.o_proj", "-f", "json")
+    assert "'o_proj' occurs inside the name" in result.stdout

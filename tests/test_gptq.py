@@ -302,3 +302,17 @@ def test_declared_shows_the_dynamic_rule_count_and_diff_the_skips() -> None:
     report = audit(str(CORPUS / DYNAMIC), engine="vllm")
     assert report.declaration.rules == {"dynamic": 2}
     assert report.declaration.excludes == [r"-:.*\.1\.mlp\.down_proj"]
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("model.layers.1.mlp.down_proj", "skips it"),
+        ("model.layers.1.self_attn.q_proj", "overrides it: GPTQ_W8_G32"),
+        ("lm_head", "no LinearBase"),
+    ],
+)
+def test_explain_traces_the_gptq_decision(run: Any, module: str, expected: str) -> None:
+    result = run("explain", CORPUS / DYNAMIC, module, "-f", "json")
+    assert result.exit_code == 0
+    assert expected in result.stdout
