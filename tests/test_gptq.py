@@ -268,6 +268,8 @@ def test_vllm_refuses_a_group_size_marlin_lacks(tmp_path: Path) -> None:
         ({"group_size": 0}, "group_size must be greater than 0 or equal to -1"),
         ({"desc_act": "yes"}, "desc_act"),
         ({"dynamic": {"+:x": {"bits": 6}}}, "bits but found 6"),
+        ({"dynamic": {"+:x": {"group_size": 0}}}, "group_size must be greater than 0"),
+        ({"dynamic": {"+:x": {"sym": 1}}}, "sym is 1, not a bool"),
     ],
 )
 def test_unreadable_gptq_declaration_is_a_named_error(change: dict[str, Any], text: str) -> None:
@@ -316,3 +318,10 @@ def test_explain_traces_the_gptq_decision(run: Any, module: str, expected: str) 
     result = run("explain", CORPUS / DYNAMIC, module, "-f", "json")
     assert result.exit_code == 0
     assert expected in result.stdout
+
+
+def test_dynamic_keys_vllm_does_not_read_are_kept() -> None:
+    document = json.loads((CORPUS / W4 / "config.json").read_text())
+    document["quantization_config"]["dynamic"] = {r"+:.*\.0\..*": {"bits": 8, "damp_percent": 0.1}}
+    declaration = read_declaration({"config.json": json.dumps(document)})
+    assert sorted(declaration.schemes) == ["GPTQ_W4_G32", "GPTQ_W8_G32"]

@@ -18,7 +18,7 @@ pattern that ``re.match``-es the engine's layer name decides (vLLM ``get_dynamic
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, field_validator
 
@@ -39,7 +39,9 @@ class GptqConfig(BaseModel):
     desc_act: StrictBool
     sym: StrictBool
     lm_head: StrictBool = False
-    dynamic: dict[str, dict[str, StrictInt | StrictBool]] | None = None
+    dynamic: dict[str, dict[str, Any]] | None = None
+    """Pattern -> overrides; vLLM reads ``bits``, ``group_size``, ``desc_act``, ``sym`` of them
+    (GPTQModel may write others, such as ``damp_percent``, which vLLM ignores)."""
     modules_in_block_to_quantize: list[str] | list[list[str]] | None = None
     checkpoint_format: str | None = None
     """GPTQModel: ``gptq`` (v1 zero points, what vLLM reads) or ``gptq_v2``."""
@@ -71,13 +73,18 @@ class GptqConfig(BaseModel):
 
     @field_validator("dynamic")
     @classmethod
-    def _dynamic(
-        cls, value: dict[str, dict[str, int | bool]] | None
-    ) -> dict[str, dict[str, int | bool]] | None:
+    def _dynamic(cls, value: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
         for pattern, overrides in (value or {}).items():
             for key, override in overrides.items():
-                if key in ("bits", "group_size") and isinstance(override, bool):
+                number = isinstance(override, int) and not isinstance(override, bool)
+                if key in ("bits", "group_size") and not number:
                     raise ValueError(f"dynamic {pattern!r}: {key} is {override!r}, not a number")
+                if key in ("desc_act", "sym") and not isinstance(override, bool):
+                    raise ValueError(f"dynamic {pattern!r}: {key} is {override!r}, not a bool")
+                if key == "group_size" and override != -1 and override <= 0:
+                    raise ValueError(
+                        f"dynamic {pattern!r}: group_size must be greater than 0 or equal to -1"
+                    )
                 if key in ("bits",) and override not in BITS:
                     raise ValueError(
                         f"dynamic {pattern!r}: Only support quantization to [2,3,4,8] bits "
@@ -125,7 +132,7 @@ def base_scheme(config: GptqConfig) -> Scheme:
     return to_scheme(config.bits, config.group_size, config.sym, config.desc_act)
 
 
-def override_scheme(config: GptqConfig, overrides: dict[str, int | bool]) -> Scheme:
+def override_scheme(config: GptqConfig, overrides: dict[str, Any]) -> Scheme:
     """vLLM ``override_config``: the module's bits, group size, desc_act and sym."""
     bits = overrides.get("bits", config.bits)
     group = overrides.get("group_size", config.group_size)
