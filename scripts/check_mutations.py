@@ -559,6 +559,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("gptq-refusal-text-placeholders", "engines/refusals.py",
      '        error.text.replace("{bits}", str(scheme.weight_bits))',
      '        error.text.replace("{bits}", "4")'),
+    ("qweight-parameters-by-bits", "commands/audit.py",
+     '            elif entry.dtype == "I32" and operand in ("weight_packed", "qweight"):',
+     '            elif entry.dtype == "I32" and operand == "weight_packed":'),
     # quant_method: awq
     ("awq-declaration-read", "declarations/__init__.py",
      '    if method == "awq":\n        return _awq_declaration(candidate, considered)\n',

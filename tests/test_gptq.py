@@ -325,3 +325,11 @@ def test_dynamic_keys_vllm_does_not_read_are_kept() -> None:
     document["quantization_config"]["dynamic"] = {r"+:.*\.0\..*": {"bits": 8, "damp_percent": 0.1}}
     declaration = read_declaration({"config.json": json.dumps(document)})
     assert sorted(declaration.schemes) == ["GPTQ_W4_G32", "GPTQ_W8_G32"]
+
+
+@pytest.mark.parametrize(("name", "scheme"), [(W4, "GPTQ_W4_G32"), (W8, "GPTQ_W8_G64")])
+def test_parameters_count_every_packed_weight_once(name: str, scheme: str) -> None:
+    """Two layers of q/k/v/o (64x64, 32x64 twice, 64x64) and gate/up/down (128x64 thrice)."""
+    report = audit(str(CORPUS / name), engine="vllm")
+    per_layer = 64 * 64 * 2 + 32 * 64 * 2 + 128 * 64 * 3
+    assert {b.scheme: b.parameters for b in report.buckets}[scheme] == 2 * per_layer
