@@ -344,10 +344,10 @@ def test_nvfp4_w4a4_declared_without_input_scale_is_refused(tmp_path: Path, run)
 
 
 def test_unreadable_declaration_is_refused_never_unquantized(tmp_path: Path, run) -> None:
-    config = {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    config = {"quantization_config": {"quant_method": "hqq", "nbits": 4, "group_size": 64}}
     path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": config})
     report = refused(run, path, "declaration-unreadable", "")
-    assert "quant_method 'gptq'" in report["refusals"][0]["message"]
+    assert "quant_method 'hqq'" in report["refusals"][0]["message"]
 
 
 @pytest.mark.parametrize("fail_on,expected", [("refusal", 0), ("warning", 1), ("never", 0)])

@@ -13,6 +13,7 @@ from ..resolve.resolver import INHERITED, Membership
 from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
 from .bnb import bnb_4bit_shapes
+from .gptq import awq_shapes, gptq_shapes
 from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
 
 
@@ -40,6 +41,10 @@ def contract(scheme: Scheme) -> list[Operand] | None:
         return _native_fp8(scheme)
     if scheme.producer == "bitsandbytes":
         return _bitsandbytes(scheme)
+    if scheme.producer == "gptq":
+        return _gptq(scheme)
+    if scheme.producer == "awq":
+        return _awq()
     if scheme.producer == "modelopt":
         if scheme.family == "fp8":
             weight = Operand("weight", FP8_DTYPES, "out,in")
@@ -146,6 +151,32 @@ def _bitsandbytes(scheme: Scheme) -> list[Operand]:
         Operand("weight.quant_map", F32, "any"),
         *(nested if double else []),
         Operand(f"weight.quant_state.bitsandbytes__{scheme.algo}", U8, "any"),
+    ]
+
+
+I32 = frozenset({"I32"})
+
+
+def _gptq(scheme: Scheme) -> list[Operand]:
+    """What GPTQModel writes and vLLM's ``AutoGPTQLinearMethod`` loads: an int32 ``qweight``,
+    ``qzeros`` and 16-bit ``scales``; ``g_idx`` beside them (required with ``desc_act``, which
+    it records). Shapes are checked in ``check/gptq.py``: the packed weight is
+    ``[in/pack, out]``."""
+    return [
+        Operand("qweight", I32, "any"),
+        Operand("qzeros", I32, "any"),
+        Operand("scales", FLOAT, "any"),
+        Operand("g_idx", I32, "any", required=scheme.act_order),
+    ]
+
+
+def _awq() -> list[Operand]:
+    """What AutoAWQ writes and vLLM's AWQ linear methods load: an int32 ``qweight`` and
+    ``qzeros`` and 16-bit ``scales``; no ``g_idx`` (GPTQ's). Shapes: ``check/gptq.py``."""
+    return [
+        Operand("qweight", I32, "any"),
+        Operand("qzeros", I32, "any"),
+        Operand("scales", FLOAT, "any"),
     ]
 
 
@@ -332,6 +363,10 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
             )
     if scheme.producer == "bitsandbytes" and scheme.weight_bits == 4:
         out.extend(bnb_4bit_shapes(info, scheme.name))
+    if scheme.producer == "gptq":
+        out.extend(gptq_shapes(info, scheme))
+    if scheme.producer == "awq":
+        out.extend(awq_shapes(info, scheme))
     out.extend(_strays(info, scheme, spec))
     return out
 

@@ -145,5 +145,7 @@ COMPATIBLE: dict[str, frozenset[str]] = {
     "bnb-nf4": frozenset({"bnb-nf4", "bnb-4bit"}),
     "bnb-fp4": frozenset({"bnb-fp4", "bnb-4bit"}),
     "bnb-int8": frozenset({"bnb-int8"}),
+    "gptq": frozenset({"awq-gptq"}),
+    "autoawq": frozenset({"awq-gptq"}),
 }
 """Declared scheme family -> shipped spelling families that can carry it."""

@@ -430,7 +430,8 @@ def _operand_split(info: ModuleInfo) -> tuple[int, int, int]:
 def _parameters(info: ModuleInfo, spelling: Spelling | None, bits: int | None) -> int:
     """Parameters a module holds, counted as model cards count them: scales are not
     parameters, and packed weights count every value they pack (NVFP4 U8: two per byte;
-    pack-quantized I32: 32 / bits per word; AWQ/GPTQ ``qweight``: eight int4 per word)."""
+    pack-quantized I32 and AWQ/GPTQ ``qweight``: 32 / bits per word, eight where no bits are
+    declared)."""
     total = 0
     family = spelling.family if spelling else "none"
     for operand, entry in info.operands.items():
@@ -438,7 +439,7 @@ def _parameters(info: ModuleInfo, spelling: Spelling | None, bits: int | None) -
             factor = 1
             if entry.dtype == "U8" and family in ("nvfp4", "mxfp4", "awq"):
                 factor = 2
-            elif entry.dtype == "I32" and operand == "weight_packed":
+            elif entry.dtype == "I32" and operand in ("weight_packed", "qweight"):
                 factor = 32 // (bits or 4)
             elif operand == "qweight":
                 factor = 8
@@ -523,6 +524,11 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
     if declaration.bnb is not None:
         rules["llm_int8_skip_modules"] = len(declaration.bnb.skip_modules)
         excludes = list(declaration.bnb.skip_modules)
+    if declaration.gptq is not None:
+        rules["dynamic"] = len(declaration.gptq.dynamic)
+        if declaration.gptq.quantize_list is not None:
+            rules["modules_in_block_to_quantize"] = len(declaration.gptq.quantize_list)
+        excludes = [f"-:{p}" for p, scheme in declaration.gptq.dynamic if scheme is None]
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,

@@ -330,6 +330,8 @@ def _keys(declaration: Declaration) -> dict[str, str | frozenset[str]]:
             if declaration.fp8
             else declaration.bnb.skip_modules
             if declaration.bnb
+            else tuple(f"-:{p}" for p, scheme in declaration.gptq.dynamic if scheme is None)
+            if declaration.gptq
             else ()
         ),
     }

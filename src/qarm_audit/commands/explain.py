@@ -129,6 +129,13 @@ def trace(
         from .explain_bnb import trace_bnb
 
         trace_bnb(log, declaration.bnb, info)
+    elif declaration.gptq is not None or declaration.awq is not None:
+        from .explain_gptq import trace_awq, trace_gptq
+
+        if declaration.gptq is not None:
+            trace_gptq(log, declaration.gptq, modules, info)
+        elif declaration.awq is not None:
+            trace_awq(log, declaration.awq, modules, info)
     else:
         reason = f": {declaration.reason}" if declaration.reason else ""
         log.hit(

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import DeclarationError
 from ..findings import Finding, finding
 from ..sources.header import loads_strict
+from . import awq, gptq
 from . import bitsandbytes as bnb
 from . import compressed_tensors as ct
 from . import fp8 as native_fp8
@@ -24,10 +25,12 @@ from . import modelopt as mo
 from .schemes import Scheme, modelopt_scheme
 
 __all__ = [
+    "AwqRules",
     "BnbRules",
     "CompressedTensorsRules",
     "Declaration",
     "Fp8Rules",
+    "GptqRules",
     "KvDeclaration",
     "ModelOptRules",
     "Scheme",
@@ -75,6 +78,34 @@ class BnbRules:
 
 
 @dataclass(frozen=True)
+class GptqRules:
+    """A ``quant_method: gptq`` declaration: the base scheme for every Linear and MoE layer the
+    engine builds with a quant method, but those ``dynamic`` skips (``-:``) or overrides
+    (``+:``), and, where ``modules_in_block_to_quantize`` is given, those no entry of it names;
+    the head only with ``lm_head``."""
+
+    scheme: Scheme
+    lm_head: bool
+    quantize_list: tuple[str, ...] | None
+    """``modules_in_block_to_quantize`` flattened; None: vLLM takes the modules that ship a
+    tensor of no float dtype."""
+    dynamic: tuple[tuple[str, str | None], ...]
+    """``(pattern, scheme name)`` in the declaration's order; None for a ``-:`` skip."""
+
+
+@dataclass(frozen=True)
+class AwqRules:
+    """A ``quant_method: awq`` declaration: one scheme for every Linear and MoE layer the engine
+    builds with a quant method (the head only with ``lm_head``), but those a
+    ``modules_to_not_convert`` entry occurs inside."""
+
+    scheme: Scheme
+    lm_head: bool
+    not_convert: tuple[str, ...] | None
+    """None: vLLM takes every module that ships only float tensors."""
+
+
+@dataclass(frozen=True)
 class KvDeclaration:
     algo: str
     """``FP8``, ``NVFP4``, ``INT8`` ..., as declared."""
@@ -85,7 +116,7 @@ class KvDeclaration:
 class Declaration:
     family: str
     """``modelopt``, ``compressed-tensors``, ``fp8`` (native ``quant_method: fp8``),
-    ``bitsandbytes``, ``none``
+    ``bitsandbytes``, ``gptq``, ``awq``, ``none``
     (declares no quantization, e.g. sparsity only), ``absent`` (no declaration document at
     all) or ``unreadable``."""
     source: str
@@ -97,6 +128,8 @@ class Declaration:
     compressed_tensors: CompressedTensorsRules | None = None
     fp8: Fp8Rules | None = None
     bnb: BnbRules | None = None
+    gptq: GptqRules | None = None
+    awq: AwqRules | None = None
     kv: KvDeclaration | None = None
     producer: str | None = None
     findings: tuple[Finding, ...] = ()
@@ -115,7 +148,14 @@ class Declaration:
 
     @property
     def quantized(self) -> bool:
-        return self.family in ("modelopt", "compressed-tensors", "fp8", "bitsandbytes")
+        return self.family in (
+            "modelopt",
+            "compressed-tensors",
+            "fp8",
+            "bitsandbytes",
+            "gptq",
+            "awq",
+        )
 
 
 @dataclass(frozen=True)
@@ -439,6 +479,59 @@ def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
     )
 
 
+def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: gptq.GptqConfig = _validate(gptq.GptqConfig, candidate.block, candidate.where)
+    notes: list[Finding] = []
+    extras = _extras(parsed)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    scheme = gptq.base_scheme(parsed)
+    schemes = {scheme.name: scheme}
+    dynamic: list[tuple[str, str | None]] = []
+    for pattern, overrides in (parsed.dynamic or {}).items():
+        if pattern.startswith("-:"):
+            dynamic.append((pattern.removeprefix("-:"), None))
+            continue
+        override = gptq.override_scheme(parsed, overrides)
+        schemes.setdefault(override.name, override)
+        dynamic.append((pattern.removeprefix("+:"), override.name))
+    rules = GptqRules(
+        scheme=scheme,
+        lm_head=parsed.lm_head,
+        quantize_list=parsed.quantize_list,
+        dynamic=tuple(dynamic),
+    )
+    return Declaration(
+        "gptq",
+        candidate.where,
+        method="gptq",
+        algo="gptq",
+        schemes=schemes,
+        gptq=rules,
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
+def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: awq.AwqConfig = _validate(awq.AwqConfig, candidate.block, candidate.where)
+    notes: list[Finding] = []
+    extras = _extras(parsed)
+    if extras:
+        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    scheme = awq.to_scheme(parsed)
+    return Declaration(
+        "awq",
+        candidate.where,
+        method="awq",
+        algo="awq",
+        schemes={scheme.name: scheme},
+        awq=AwqRules(scheme=scheme, lm_head=parsed.lm_head, not_convert=parsed.not_convert),
+        findings=tuple(notes),
+        considered=considered,
+    )
+
+
 def _declaration_of(
     candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
 ) -> Declaration:
@@ -451,13 +544,17 @@ def _declaration_of(
         return _fp8_declaration(candidate, considered)
     if method == "bitsandbytes":
         return _bnb_declaration(candidate, considered)
+    if method == "gptq":
+        return _gptq_declaration(candidate, considered)
+    if method == "awq":
+        return _awq_declaration(candidate, considered)
     return Declaration(
         "unreadable",
         candidate.where,
         method=method,
         considered=considered,
         reason=f"quant_method {method!r}: qarm reads modelopt, compressed-tensors, "
-        "fp8 and bitsandbytes declarations only",
+        "fp8, bitsandbytes, gptq and awq declarations only",
     )
 
 

@@ -17,6 +17,8 @@ FAMILY_LABELS = {
     "bnb-nf4": "BNB-NF4",
     "bnb-fp4": "BNB-FP4",
     "bnb-int8": "BNB-INT8",
+    "gptq": "INT",
+    "autoawq": "INT",
 }
 
 
@@ -30,11 +32,11 @@ class Scheme:
 
     name: str
     producer: str
-    """``modelopt``, ``compressed-tensors``, ``fp8`` (a native ``quant_method: fp8``) or
-    ``bitsandbytes``."""
+    """``modelopt``, ``compressed-tensors``, ``fp8`` (a native ``quant_method: fp8``),
+    ``bitsandbytes``, ``gptq`` or ``awq``."""
     family: str
     """``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq``, ``bnb-nf4``, ``bnb-fp4``,
-    ``bnb-int8`` or ``unknown``."""
+    ``bnb-int8``, ``gptq``, ``autoawq`` (AutoAWQ's ``quant_method: awq``) or ``unknown``."""
     weight_bits: int | None
     weight_type: str | None
     weight_strategy: str | None
@@ -54,6 +56,9 @@ class Scheme:
     """A 2-D weight block [rows, columns] per scale (native FP8 ``weight_block_size``)."""
     scale_format: str | None = None
     """The scale format as declared (native FP8 ``scale_fmt``, e.g. ``ue8m0``)."""
+    act_order: bool = False
+    """GPTQ ``desc_act`` with groups: the columns are quantized in activation order and the
+    module ships ``g_idx``, its group per input column."""
 
     @property
     def declared_arm(self) -> str:

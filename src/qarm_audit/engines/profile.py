@@ -179,8 +179,20 @@ class DeclarationError(BaseModel):
     static_activations: bool | None = None
     """Holds when a declared scheme (of ``declared_strategy``, where given) has calibrated
     static activation scales (True) or not (False)."""
+    declared_bits_not: list[int] | None = None
+    """Holds when a declared scheme's weight bits are none of these (GPTQ: 4 and 8)."""
+    declared_symmetric: bool | None = None
+    """Holds when a declared scheme's weights are symmetric (True) or not (False)."""
+    declared_group_size_not: list[int] | None = None
+    """Holds when a declared scheme's group size is none of these (-1: one group a column)."""
+    act_order: bool | None = None
+    """Holds when a declared scheme quantizes in activation order with groups (GPTQ
+    ``desc_act``) (True) or not (False)."""
     text: str
-    """The engine's error text."""
+    """The engine's error text. Placeholders: ``{bits}``, ``{sym}``, ``{group_size}`` (the
+    first declared scheme the error holds for)."""
+    stage: str = "before building any layer"
+    """When the engine raises it."""
     source: Source = None
 
 

@@ -13,20 +13,51 @@ from ..resolve.resolver import Membership
 from .profile import DeclarationError, LayerError, Profile
 
 
-def _holds(error: DeclarationError, declaration: Declaration) -> bool:
-    if error.producer is not None and (declaration.method or "") not in error.producer:
-        return False
-    if error.sparsity is not None and error.sparsity != bool(declaration.sparsity_targets):
-        return False
-    if error.declared_strategy is None and error.static_activations is None:
-        return True
-    return any(
+def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
+    group = scheme.group_size if scheme.group_size is not None else -1
+    return (
         (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)
         and (
             error.static_activations is None
             or error.static_activations == scheme.static_activations
         )
-        for scheme in declaration.schemes.values()
+        and (error.declared_bits_not is None or scheme.weight_bits not in error.declared_bits_not)
+        and (
+            error.declared_symmetric is None or scheme.weight_symmetric == error.declared_symmetric
+        )
+        and (error.declared_group_size_not is None or group not in error.declared_group_size_not)
+        and (error.act_order is None or scheme.act_order == error.act_order)
+    )
+
+
+def _holding(error: DeclarationError, declaration: Declaration) -> Scheme | bool | None:
+    """False where the error does not hold; else the first declared scheme it holds for
+    (None where it holds for the declaration as a whole)."""
+    if error.producer is not None and (declaration.method or "") not in error.producer:
+        return False
+    if error.sparsity is not None and error.sparsity != bool(declaration.sparsity_targets):
+        return False
+    per_scheme = (
+        error.declared_strategy,
+        error.static_activations,
+        error.declared_bits_not,
+        error.declared_symmetric,
+        error.declared_group_size_not,
+        error.act_order,
+    )
+    if all(condition is None for condition in per_scheme):
+        return None
+    return next((s for s in declaration.schemes.values() if _scheme_holds(error, s)), False)
+
+
+def _text(error: DeclarationError, scheme: Scheme | None) -> str:
+    if scheme is None or "{" not in error.text:
+        return error.text
+    group = scheme.group_size if scheme.group_size is not None else -1
+    return (
+        error.text.replace("{bits}", str(scheme.weight_bits))
+        .replace("{sym}", str(scheme.weight_symmetric))
+        .replace("{group_size}", str(group))
     )
 
 
@@ -34,19 +65,21 @@ def declaration_refusals(profile: Profile, declaration: Declaration) -> list[Fin
     """``engine-refuses-declaration`` for each of the profile's declaration errors that holds."""
     out = []
     for error in profile.declaration_errors:
-        if not _holds(error, declaration):
+        held = _holding(error, declaration)
+        if held is False:
             continue
-        what = (
-            f"a sparsity_config with targets {list(declaration.sparsity_targets)[:5]}"
-            if error.sparsity
-            else "this declaration"
-        )
+        scheme = held if isinstance(held, Scheme) else None
+        what = "this declaration"
+        if error.sparsity:
+            what = f"a sparsity_config with targets {list(declaration.sparsity_targets)[:5]}"
+        elif scheme is not None and "{" in error.text:
+            what = scheme.name
         cite = f" ({error.source})" if error.source else ""
         out.append(
             finding(
                 "engine-refuses-declaration",
-                f"{declaration.source} declares {what}; {profile.label} refuses it before "
-                f'building any layer: "{error.text}"{cite}',
+                f"{declaration.source} declares {what}; {profile.label} refuses it "
+                f'{error.stage}: "{_text(error, scheme)}"{cite}',
             )
         )
     return out

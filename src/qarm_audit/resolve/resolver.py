@@ -28,7 +28,9 @@ class Membership(NamedTuple):
     """A scheme name, or ``excluded`` / ``unlisted``."""
     how: str
     """exact, fused, prefix, experts, regex, class, substring, wildcard, component (a
-    bitsandbytes skip entry equal to one part of the name), none; or, where the
+    bitsandbytes skip entry equal to one part of the name), dynamic (a GPTQ ``dynamic``
+    pattern), not-listed (a GPTQ layer ``modules_in_block_to_quantize`` does not name), none;
+    or, where the
     engine's layer takes no quant method whatever the declaration says, no-quant-config (a
     layer built without one, such as a router) or not-a-linear (a norm, a convolution)."""
     rule: str = ""
@@ -117,6 +119,14 @@ def resolve(
         from .bitsandbytes import resolve_bnb  # built on this module's memberships
 
         return resolve_bnb(declaration.bnb, modules)
+    if declaration.gptq is not None:
+        from .gptq import resolve_gptq  # built on this module's memberships
+
+        return resolve_gptq(declaration.gptq, modules)
+    if declaration.awq is not None:
+        from .awq import resolve_awq  # built on this module's memberships
+
+        return resolve_awq(declaration.awq, modules)
     return Resolution(dict.fromkeys(modules, _UNLISTED))
 
 
