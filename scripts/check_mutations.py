@@ -347,7 +347,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "            pass"),
     # native quant_method: fp8
     ("fp8-declaration-read", "declarations/__init__.py",
-     '    if method == "fp8":\n        return _fp8_declaration(candidate, considered)\n',
+     '    "fp8": _fp8_declaration,\n',
      ''),
     ("fp8-modules-to-not-convert-fallback", "declarations/fp8.py",
      "        if self.modules_to_not_convert:",
@@ -402,7 +402,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      ''),
     # quant_method: bitsandbytes
     ("bnb-declaration-read", "declarations/__init__.py",
-     '    if method == "bitsandbytes":\n        return _bnb_declaration(candidate, considered)\n',
+     '    "bitsandbytes": _bnb_declaration,\n',
      ''),
     ("bnb-both-load-flags", "declarations/bitsandbytes.py",
      "        if self.load_in_4bit and self.load_in_8bit:",
@@ -472,7 +472,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "            skipped = None"),
     # quant_method: gptq
     ("gptq-declaration-read", "declarations/__init__.py",
-     '    if method == "gptq":\n        return _gptq_declaration(candidate, considered)\n',
+     '    "gptq": _gptq_declaration,\n',
      ""),
     ("gptq-bits-bounded", "declarations/gptq.py",
      "        if value not in BITS:",
@@ -564,7 +564,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      '            elif entry.dtype == "I32" and operand == "weight_packed":'),
     # quant_method: awq
     ("awq-declaration-read", "declarations/__init__.py",
-     '    if method == "awq":\n        return _awq_declaration(candidate, considered)\n',
+     '    "awq": _awq_declaration,\n',
      ""),
     ("awq-first-key-wins", "declarations/awq.py",
      "                if first in data:\n                    data[second] = data.pop(first)",

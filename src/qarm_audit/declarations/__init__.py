@@ -9,6 +9,7 @@ file. A declaration that cannot be read is never taken for "unquantized".
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,6 +268,14 @@ def _extras(model: BaseModel, path: str = "") -> list[str]:
     return sorted(set(out))
 
 
+def _unknown_keys(model: BaseModel, where: str) -> list[Finding]:
+    """An ``unknown-keys`` note for the keys of ``where`` that qarm's model does not read."""
+    extras = _extras(model)
+    if not extras:
+        return []
+    return [finding("unknown-keys", f"{where} carries {', '.join(extras)}")]
+
+
 def _modelopt(candidate: _Candidate) -> tuple[mo.Normalized, BaseModel]:
     if candidate.kind == "file":
         parsed_file: mo.HfQuantConfig = _validate(
@@ -286,10 +295,7 @@ def _modelopt_declaration(
     """``group_size`` is the other file's, for a winner that states none (ModelOpt's export
     writes it in hf_quant_config.json only); a disagreement is still reported."""
     norm, model = _modelopt(candidate)
-    notes: list[Finding] = []
-    extras = _extras(model)
-    if extras:
-        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    notes = _unknown_keys(model, candidate.where)
     algo = norm.quant_algo
     producer = norm.producer.name if norm.producer else None
     kv = KvDeclaration(norm.kv_algo, candidate.where) if norm.kv_algo else None
@@ -381,10 +387,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
     parsed: ct.CompressedTensorsConfig = _validate(
         ct.CompressedTensorsConfig, candidate.block, candidate.where
     )
-    notes: list[Finding] = []
-    extras = _extras(parsed)
-    if extras:
-        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    notes = _unknown_keys(parsed, candidate.where)
     kv = _ct_kv(parsed.kv_cache_scheme, candidate.where)
     sparsity_targets = _sparsity_targets(parsed.sparsity_config)
     if not parsed.config_groups:
@@ -436,10 +439,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
 
 def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: native_fp8.Fp8Config = _validate(native_fp8.Fp8Config, candidate.block, candidate.where)
-    notes: list[Finding] = []
-    extras = _extras(parsed)
-    if extras:
-        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    notes = _unknown_keys(parsed, candidate.where)
     scheme = native_fp8.to_scheme(parsed)
     key, ignored = parsed.ignored
     return Declaration(
@@ -456,10 +456,7 @@ def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
 
 def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: bnb.BnbConfig = _validate(bnb.BnbConfig, candidate.block, candidate.where)
-    notes: list[Finding] = []
-    extras = _extras(parsed)
-    if extras:
-        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    notes = _unknown_keys(parsed, candidate.where)
     scheme = bnb.to_scheme(parsed)
     rules = BnbRules(
         scheme=scheme,
@@ -481,10 +478,7 @@ def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
 
 def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: gptq.GptqConfig = _validate(gptq.GptqConfig, candidate.block, candidate.where)
-    notes: list[Finding] = []
-    extras = _extras(parsed)
-    if extras:
-        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    notes = _unknown_keys(parsed, candidate.where)
     scheme = gptq.base_scheme(parsed)
     schemes = {scheme.name: scheme}
     dynamic: list[tuple[str, str | None]] = []
@@ -515,10 +509,7 @@ def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Dec
 
 def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: awq.AwqConfig = _validate(awq.AwqConfig, candidate.block, candidate.where)
-    notes: list[Finding] = []
-    extras = _extras(parsed)
-    if extras:
-        notes.append(finding("unknown-keys", f"{candidate.where} carries {', '.join(extras)}"))
+    notes = _unknown_keys(parsed, candidate.where)
     scheme = awq.to_scheme(parsed)
     return Declaration(
         "awq",
@@ -538,24 +529,29 @@ def _declaration_of(
     method = _method(candidate)
     if method == "modelopt":
         return _modelopt_declaration(candidate, considered, group_size)
-    if method == "compressed-tensors":
-        return _ct_declaration(candidate, considered)
-    if method == "fp8":
-        return _fp8_declaration(candidate, considered)
-    if method == "bitsandbytes":
-        return _bnb_declaration(candidate, considered)
-    if method == "gptq":
-        return _gptq_declaration(candidate, considered)
-    if method == "awq":
-        return _awq_declaration(candidate, considered)
+    reader = _READERS.get(method)
+    if reader is not None:
+        return reader(candidate, considered)
     return Declaration(
         "unreadable",
         candidate.where,
         method=method,
         considered=considered,
-        reason=f"quant_method {method!r}: qarm reads modelopt, compressed-tensors, "
-        "fp8, bitsandbytes, gptq and awq declarations only",
+        reason=f"quant_method {method!r}: qarm reads {', '.join(READ_METHODS[:-1])} and "
+        f"{READ_METHODS[-1]} declarations only",
     )
+
+
+_READERS: dict[str, Callable[[_Candidate, tuple[str, ...]], Declaration]] = {
+    "compressed-tensors": _ct_declaration,
+    "fp8": _fp8_declaration,
+    "bitsandbytes": _bnb_declaration,
+    "gptq": _gptq_declaration,
+    "awq": _awq_declaration,
+}
+"""The reader of each ``quant_method`` qarm reads, but ModelOpt's (which merges two files)."""
+
+READ_METHODS = ("modelopt", *_READERS)
 
 
 def _group_size_elsewhere(winner: _Candidate, candidates: list[_Candidate]) -> int | None:
