@@ -31,7 +31,8 @@ BITS = (2, 3, 4, 8)
 class GptqConfig(BaseModel):
     """The ``quantization_config`` block of a GPTQ checkpoint."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # GPTQModel writes model_name_or_path: a field of ours, not pydantic's namespace
+    model_config = ConfigDict(extra="allow", frozen=True, protected_namespaces=())
 
     quant_method: str
     bits: StrictInt
