@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..declarations import AwqRules
-from ..findings import finding
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo
-from .gptq import FLOAT_DTYPES, LINEAR_KINDS
-from .resolver import EXCLUDED, UNLISTED, Membership, Resolution, experts_disagree, layer_override
+from .packed import FLOAT_DTYPES, LINEAR_KINDS, ListResolver, layer_class
+from .resolver import EXCLUDED, Membership, Resolution, layer_override
 
 FROM_CHECKPOINT = "modules_to_not_convert (from the checkpoint's dtypes)"
 
 
-class AwqResolver:
+class AwqResolver(ListResolver):
     def __init__(self, rules: AwqRules, modules: Mapping[str, ModuleInfo]) -> None:
+        super().__init__(modules)
         self.rules = rules
         if rules.not_convert is not None:
             self.entries: tuple[str, ...] = rules.not_convert
@@ -40,27 +40,6 @@ class AwqResolver:
                 )
             )
             self.key = FROM_CHECKPOINT
-        self.modules = modules
-        self.out = Resolution()
-
-    def run(self) -> Resolution:
-        groups: dict[str, list[ModuleInfo]] = {}
-        for info in self.modules.values():
-            groups.setdefault(info.engine_name, []).append(info)
-        for engine_name, members in groups.items():
-            decided = self._group(engine_name, members[0])
-            for info in members:
-                self.out.memberships[info.name] = decided or self._plain(info)
-            mixed = experts_disagree(engine_name, members, self.out.memberships)
-            if mixed is not None:
-                self.out.findings.append(mixed)
-        return self.out
-
-    def _kind(self, info: ModuleInfo) -> str:
-        kind = info.layer_kind or info.kind
-        if kind == "linear" and not info.layer_class and info.leaf == "lm_head":
-            return "lm_head"
-        return kind
 
     def _group(self, engine_name: str, info: ModuleInfo) -> Membership | None:
         kind = self._kind(info)
@@ -73,10 +52,7 @@ class AwqResolver:
         entry = self._skipped(engine_name, kind)
         if entry is not None:
             return Membership(EXCLUDED, "substring", entry)
-        what = {"experts": "FusedMoE", "lm_head": "ParallelLMHead (lm_head)"}.get(
-            kind, "LinearBase"
-        )
-        return Membership(self.rules.scheme.name, "class", what)
+        return Membership(self.rules.scheme.name, "class", layer_class(kind))
 
     def _inside(self, name: str) -> str | None:
         return next((e for e in self.entries if e in name), None)
@@ -90,25 +66,8 @@ class AwqResolver:
             return own
         found = [self._inside(engine_name.replace(proj, s)) for s in shards]
         if len({f is not None for f in found}) > 1:
-            self.out.findings.append(
-                finding(
-                    "fused-shards-disagree",
-                    f"{engine_name}: shards "
-                    f"{[s for s, f in zip(shards, found, strict=True) if f is not None]} are in "
-                    f"{self.key} and "
-                    f"{[s for s, f in zip(shards, found, strict=True) if f is None]} are not; "
-                    f"vLLM raises: Detected some but not all shards of {engine_name} are "
-                    "quantized. All shards of fused layers to have the same precision.",
-                    module=engine_name,
-                )
-            )
+            self._shards_disagree(engine_name, shards, [f is not None for f in found])
         return found[0]
-
-    def _plain(self, info: ModuleInfo) -> Membership:
-        kind = self._kind(info)
-        if kind in ("embedding", "lm_head"):
-            return Membership(UNLISTED, "not-a-linear", info.layer_class or kind)
-        return layer_override(info) or Membership(UNLISTED, "none")
 
 
 def resolve_awq(rules: AwqRules, modules: Mapping[str, ModuleInfo]) -> Resolution:

@@ -21,23 +21,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..declarations import GptqRules
-from ..findings import finding
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo
 from .matchers import FirstMatch
+from .packed import FLOAT_DTYPES, LINEAR_KINDS, ListResolver, layer_class
 from .regex_module import regex_module_form
-from .resolver import EXCLUDED, UNLISTED, Membership, Resolution, experts_disagree, layer_override
+from .resolver import EXCLUDED, Membership, Resolution, layer_override
 
-LINEAR_KINDS = frozenset({"linear", "fused", "router"})
-"""Layer kinds the engine builds as ``LinearBase``."""
-FLOAT_DTYPES = frozenset({"F16", "BF16", "F32"})
-"""``maybe_update_config``'s ``unquant_dtypes``: a module shipping only these is not quantized."""
 FROM_CHECKPOINT = "modules_in_block_to_quantize (from the checkpoint's dtypes)"
 
 
-class GptqResolver:
+class GptqResolver(ListResolver):
     def __init__(self, rules: GptqRules, modules: Mapping[str, ModuleInfo]) -> None:
+        super().__init__(modules)
         self.rules = rules
-        self.modules = modules
         self.dynamic = FirstMatch([regex_module_form(p) for p, _ in rules.dynamic], "dynamic")
         if rules.quantize_list is not None:
             self.listed: tuple[str, ...] = rules.quantize_list
@@ -51,31 +47,11 @@ class GptqResolver:
                 )
             )
             self.key = FROM_CHECKPOINT
-        self.out = Resolution()
-
-    def run(self) -> Resolution:
-        groups: dict[str, list[ModuleInfo]] = {}
-        for info in self.modules.values():
-            groups.setdefault(info.engine_name, []).append(info)
-        for engine_name, members in groups.items():
-            decided = self._group(engine_name, members[0])
-            for info in members:
-                self.out.memberships[info.name] = decided or self._plain(info)
-            mixed = experts_disagree(engine_name, members, self.out.memberships)
-            if mixed is not None:
-                self.out.findings.append(mixed)
-        return self.out
 
     def _dynamic(self, engine_name: str) -> tuple[str, str | None] | None:
         """``(pattern, scheme or None for a skip)`` of the first matching dynamic rule."""
         index = self.dynamic.first(engine_name)
         return None if index is None else self.rules.dynamic[index]
-
-    def _kind(self, info: ModuleInfo) -> str:
-        kind = info.layer_kind or info.kind
-        if kind == "linear" and not info.layer_class and info.leaf == "lm_head":
-            return "lm_head"
-        return kind
 
     def _group(self, engine_name: str, info: ModuleInfo) -> Membership | None:
         kind = self._kind(info)
@@ -92,10 +68,7 @@ class GptqResolver:
             return Membership(EXCLUDED, "not-listed", self.key)
         if rule is not None and rule[1] is not None:
             return Membership(rule[1], "dynamic", f"+:{rule[0]}")
-        what = {"experts": "FusedMoE", "lm_head": "ParallelLMHead (lm_head)"}.get(
-            kind, "LinearBase"
-        )
-        return Membership(self.rules.scheme.name, "class", what)
+        return Membership(self.rules.scheme.name, "class", layer_class(kind))
 
     def _listed(self, engine_name: str) -> bool:
         """vLLM's ``is_layer_gptq_quantized``: an entry inside the name, shard by shard."""
@@ -105,25 +78,8 @@ class GptqResolver:
             return any(entry in engine_name for entry in self.listed)
         found = [any(e in engine_name.replace(proj, s) for e in self.listed) for s in shards]
         if len(set(found)) > 1:
-            self.out.findings.append(
-                finding(
-                    "fused-shards-disagree",
-                    f"{engine_name}: shards "
-                    f"{[s for s, q in zip(shards, found, strict=True) if q]} are in "
-                    f"{self.key} and {[s for s, q in zip(shards, found, strict=True) if not q]} "
-                    "are not; vLLM raises: Detected some but not all shards of "
-                    f"{engine_name} are quantized. All shards of fused layers to have the "
-                    "same precision.",
-                    module=engine_name,
-                )
-            )
+            self._shards_disagree(engine_name, shards, found)
         return found[0]
-
-    def _plain(self, info: ModuleInfo) -> Membership:
-        kind = self._kind(info)
-        if kind in ("embedding", "lm_head"):
-            return Membership(UNLISTED, "not-a-linear", info.layer_class or kind)
-        return layer_override(info) or Membership(UNLISTED, "none")
 
 
 def resolve_gptq(rules: GptqRules, modules: Mapping[str, ModuleInfo]) -> Resolution:
