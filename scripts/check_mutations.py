@@ -529,17 +529,17 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "        out.extend(gptq_shapes(info, scheme))",
      "        pass"),
     ("gptq-qweight-packed-rows", "check/gptq.py",
-     '        "qweight": (inner * bits // 32, out),',
-     '        "qweight": tuple(qweight.shape),'),
+     "            (inner * bits // 32, out),\n",
+     "            tuple(qweight.shape),\n"),
     ("gptq-scales-group-count", "check/gptq.py",
-     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
+     "    for operand, (shape, why) in expected.items():\n        entry = info.operands.get(operand)\n"
      "        if entry is None or tuple(entry.shape) == shape:",
-     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
+     "    for operand, (shape, why) in expected.items():\n        entry = info.operands.get(operand)\n"
      '        if entry is None or tuple(entry.shape) == shape or operand == "scales":'),
     ("gptq-qzeros-packed-columns", "check/gptq.py",
-     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
+     "    for operand, (shape, why) in expected.items():\n        entry = info.operands.get(operand)\n"
      "        if entry is None or tuple(entry.shape) == shape:",
-     "    for operand, shape in expected.items():\n        entry = info.operands.get(operand)\n"
+     "    for operand, (shape, why) in expected.items():\n        entry = info.operands.get(operand)\n"
      '        if entry is None or tuple(entry.shape) == shape or operand == "qzeros":'),
     ("gptq-vllm-bits-refused", "engines/refusals.py",
      "        and (error.declared_bits_not is None or scheme.weight_bits not in error.declared_bits_not)",
@@ -606,8 +606,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "            (inner, out * bits // 32),\n",
      "            tuple(qweight.shape),\n"),
     ("awq-scales-group-count", "check/gptq.py",
-     "    groups = -(-inner // group)\n    pack = 32 // bits",
-     "    groups = scales.shape[0] if scales is not None else 1\n    pack = 32 // bits"),
+     "cols * 32 // bits\n    group = scheme.group_size or inner\n    groups = -(-inner // group)",
+     "cols * 32 // bits\n    group = scheme.group_size or inner\n"
+     "    groups = scales.shape[0] if scales is not None else 1"),
     ("awq-vllm-bits-refused", "engines/profiles/vllm.toml",
      'producer = ["awq"]\ndeclared_bits_not = [4]',
      'producer = ["awq"]\ndeclared_bits_not = [3, 4, 8]'),

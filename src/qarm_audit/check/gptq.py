@@ -31,34 +31,17 @@ def gptq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     inner = shipped_in if shipped_in is not None else rows * 32 // bits
     group = scheme.group_size or inner
     groups = -(-inner // group)
-    name = scheme.name
+    pack = 32 // bits
     expected = {
-        "qweight": (inner * bits // 32, out),
-        "qzeros": (groups, out * bits // 32),
-        "scales": (groups, out),
+        "qweight": (
+            (inner * bits // 32, out),
+            f"packs {pack} {bits}-bit weights an int32 word along the input: "
+            f"[in/{pack}, out] for in={inner} (g_idx's length), out={out}",
+        ),
+        "qzeros": ((groups, out * bits // 32), f"writes [groups, out/{pack}]"),
+        "scales": ((groups, out), "writes [groups, out]"),
     }
-    why = {
-        "qweight": f"packs {32 // bits} {bits}-bit weights an int32 word along the input: "
-        f"[in/{32 // bits}, out] for in={inner} (g_idx's length), out={out}",
-        "qzeros": f"writes [groups, out/{32 // bits}]",
-        "scales": "writes [groups, out]",
-    }
-    out_findings: list[Finding] = []
-    for operand, shape in expected.items():
-        entry = info.operands.get(operand)
-        if entry is None or tuple(entry.shape) == shape:
-            continue
-        grouping = f"group {scheme.group_size}" if scheme.group_size else "one group"
-        out_findings.append(
-            finding(
-                "operand-shape",
-                f"{entry.name} has shape {list(entry.shape)}; {name} ({grouping}) with a layer of "
-                f"in={inner}, out={out} {why[operand]}: {list(shape)}",
-                module=info.name,
-                tensor=entry.name,
-            )
-        )
-    return out_findings
+    return _disagreeing(info, scheme, inner, out, expected)
 
 
 def awq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
@@ -84,6 +67,17 @@ def awq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
         "qzeros": ((groups, out * bits // 32), f"writes [groups, out/{pack}]"),
         "scales": ((groups, out), "writes [groups, out]"),
     }
+    return _disagreeing(info, scheme, inner, out, expected)
+
+
+def _disagreeing(
+    info: ModuleInfo,
+    scheme: Scheme,
+    inner: int,
+    out: int,
+    expected: dict[str, tuple[tuple[int, int], str]],
+) -> list[Finding]:
+    """An ``operand-shape`` refusal for each shipped operand not of its expected shape."""
     found: list[Finding] = []
     for operand, (shape, why) in expected.items():
         entry = info.operands.get(operand)
