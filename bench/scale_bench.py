@@ -38,7 +38,8 @@ from synthetic import build  # noqa: E402
 
 from qarm_audit.declarations import read_declaration  # noqa: E402
 from qarm_audit.modules.inventory import FUSED_SHARDS, ModuleInfo, build_inventory  # noqa: E402
-from qarm_audit.resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve  # noqa: E402
+from qarm_audit.resolve import resolve  # noqa: E402
+from qarm_audit.resolve.resolver import EXCLUDED, UNLISTED, Membership  # noqa: E402
 
 # --- the engine-style baseline -------------------------------------------------------------
 

@@ -254,3 +254,18 @@ def test_explain_traces_the_awq_skip(tmp_path: Path, run: Any) -> None:
     folder = checkpoint(tmp_path, modules_to_not_convert=["o_proj"])
     result = run("explain", folder, "model.layers.0.self_attn.o_proj", "-f", "json")
     assert "'o_proj' occurs inside the name" in result.stdout
+
+
+def test_modules_to_not_convert_is_reported_and_diffed(tmp_path: Path) -> None:
+    """The report names AWQ's exclusions as written, as it does every format's; a diff sees
+    one added."""
+    from qarm_audit.commands.diff import diff
+
+    a = checkpoint(tmp_path, name="a", modules_to_not_convert=["lm_head"])
+    b = checkpoint(tmp_path, name="b", modules_to_not_convert=["lm_head", DOWN])
+    report = audit(str(b))
+    assert report.declaration.rules == {"modules_to_not_convert": 2}
+    assert report.declaration.excludes == ["lm_head", DOWN]
+    config = {c.key: c for c in diff(str(a), str(b)).config}
+    assert config["exclude"].only_b == [DOWN] and config["exclude"].only_a == []
+    assert audit(str(checkpoint(tmp_path, name="none"))).declaration.rules == {}

@@ -15,7 +15,8 @@ from qarm_audit.layers import build_tree
 from qarm_audit.layers.facts import load_facts
 from qarm_audit.layers.model_config import ModelConfig
 from qarm_audit.modules.inventory import build_inventory
-from qarm_audit.resolve.resolver import Resolution, resolve
+from qarm_audit.resolve import resolve
+from qarm_audit.resolve.resolver import Resolution
 from qarm_audit.sources.checkpoint import TensorEntry
 
 REALWORLD = Path(__file__).parent / "data" / "realworld"

@@ -21,7 +21,7 @@ from qarm_audit.commands.explain import Explanation, NameNotFoundError, explain,
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import ExitCode
 from qarm_audit.modules.inventory import build_inventory
-from qarm_audit.resolve.resolver import resolve
+from qarm_audit.resolve import resolve
 from qarm_audit.sources import open_source
 from qarm_audit.sources.checkpoint import TensorEntry
 

@@ -28,6 +28,7 @@ from qarm_audit.declarations import read_declaration
 from qarm_audit.declarations.schemes import Scheme
 from qarm_audit.errors import PatternError
 from qarm_audit.modules.inventory import ModuleInfo, build_inventory
+from qarm_audit.resolve import resolve
 from qarm_audit.resolve.matchers import (
     FirstMatch,
     PrefixIndex,
@@ -38,7 +39,7 @@ from qarm_audit.resolve.matchers import (
     glob_prefix,
     regex_prefix,
 )
-from qarm_audit.resolve.resolver import Membership, _language_model_aliases, resolve
+from qarm_audit.resolve.resolver import Membership, _language_model_aliases
 from qarm_audit.sources.checkpoint import TensorEntry
 
 MODULE = "model.layers.0.mlp.down_proj"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import QarmError
 from qarm_audit.modules.inventory import build_inventory
-from qarm_audit.resolve.resolver import resolve
+from qarm_audit.resolve import resolve
 from qarm_audit.sources import header as header_module
 from qarm_audit.sources.checkpoint import Checkpoint, Origin, TensorEntry
 from qarm_audit.sources.header import DTYPE_BITS, length_prefix, parse_header

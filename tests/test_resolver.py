@@ -9,7 +9,7 @@ import pytest
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import PatternError
 from qarm_audit.modules.inventory import build_inventory
-from qarm_audit.resolve.resolver import resolve
+from qarm_audit.resolve import resolve
 from qarm_audit.sources.checkpoint import TensorEntry
 
 LINEAR = ("weight", "weight_scale")

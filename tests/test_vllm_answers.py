@@ -41,7 +41,8 @@ from qarm_audit.layers import LayerTree, build_tree
 from qarm_audit.layers.facts import load_facts
 from qarm_audit.layers.model_config import ModelConfig
 from qarm_audit.modules.inventory import ModuleInfo, build_inventory
-from qarm_audit.resolve.resolver import EXCLUDED, UNLISTED, resolve
+from qarm_audit.resolve import resolve
+from qarm_audit.resolve.resolver import EXCLUDED, UNLISTED
 from qarm_audit.sources.checkpoint import TensorEntry
 
 DATA = Path(__file__).parent / "data"

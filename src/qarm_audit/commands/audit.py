@@ -38,8 +38,9 @@ from ..report.model import (
     Totals,
 )
 from ..report.policy import IgnoreRule, apply_ignores
+from ..resolve import resolve
 from ..resolve.producer import disagreements, producer_cannot_compile, producer_view
-from ..resolve.resolver import EXCLUDED, UNLISTED, Membership, resolve
+from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
 from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
 from ..sources.checkpoint import INDEX_FILE
@@ -503,32 +504,13 @@ def _buckets(declaration: Declaration, alike: Sequence[Alike], total: int) -> li
 
 
 def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationInfo:
-    rules: dict[str, int] = {}
+    rules = declaration.rules
     per_scheme: dict[str, int] = {}
-    excludes: list[str] = []
     targets: dict[str, str] = {}
-    if declaration.modelopt is not None:
-        if declaration.modelopt.layers is not None:
-            rules["quantized_layers"] = len(declaration.modelopt.layers)
-            per_scheme = dict(sorted(Counter(declaration.modelopt.layers.values()).items()))
-        rules["exclude_modules"] = len(declaration.modelopt.excludes)
-        excludes = list(declaration.modelopt.excludes)
+    if declaration.modelopt is not None and declaration.modelopt.layers is not None:
+        per_scheme = dict(sorted(Counter(declaration.modelopt.layers.values()).items()))
     if declaration.compressed_tensors is not None:
-        rules["targets"] = len(declaration.compressed_tensors.targets)
-        rules["ignore"] = len(declaration.compressed_tensors.ignore)
-        excludes = list(declaration.compressed_tensors.ignore)
         targets = dict(declaration.compressed_tensors.targets)
-    if declaration.fp8 is not None:
-        rules[declaration.fp8.ignored_key] = len(declaration.fp8.ignored)
-        excludes = list(declaration.fp8.ignored)
-    if declaration.bnb is not None:
-        rules["llm_int8_skip_modules"] = len(declaration.bnb.skip_modules)
-        excludes = list(declaration.bnb.skip_modules)
-    if declaration.gptq is not None:
-        rules["dynamic"] = len(declaration.gptq.dynamic)
-        if declaration.gptq.quantize_list is not None:
-            rules["modules_in_block_to_quantize"] = len(declaration.gptq.quantize_list)
-        excludes = [f"-:{p}" for p, scheme in declaration.gptq.dynamic if scheme is None]
     return DeclarationInfo(
         family=declaration.family,
         source=declaration.source,
@@ -541,9 +523,9 @@ def _declaration_info(declaration: Declaration, kv_shipped: int) -> DeclarationI
             )
             for s in declaration.schemes.values()
         ],
-        rules=rules,
+        rules=rules.rule_counts() if rules is not None else {},
         layers_per_scheme=per_scheme,
-        excludes=excludes,
+        excludes=list(rules.excludes_declared()) if rules is not None else [],
         targets=targets,
         kv_cache=KvInfo(
             algo=declaration.kv.algo, where=declaration.kv.where, scales_shipped=kv_shipped

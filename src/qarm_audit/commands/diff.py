@@ -310,7 +310,7 @@ def _moves(changes: list[ModuleChange], report_a: Report, report_b: Report) -> l
 
 def _keys(declaration: Declaration) -> dict[str, str | frozenset[str]]:
     """The declaration's keys a diff compares; sets where order carries no meaning."""
-    mo, ct = declaration.modelopt, declaration.compressed_tensors
+    mo, ct, rules = declaration.modelopt, declaration.compressed_tensors, declaration.rules
     sizes = sorted({s.group_size for s in declaration.schemes.values() if s.group_size})
     keys: dict[str, str | frozenset[str]] = {
         "family": declaration.family,
@@ -321,19 +321,7 @@ def _keys(declaration: Declaration) -> dict[str, str | frozenset[str]]:
         "kv_cache": declaration.kv.algo if declaration.kv else "none",
         "group_size": ", ".join(str(g) for g in sizes) or "none",
         "schemes": frozenset(f"{s.name} ({s.declared_arm})" for s in declaration.schemes.values()),
-        "exclude": frozenset(
-            mo.excludes
-            if mo
-            else ct.ignore
-            if ct
-            else declaration.fp8.ignored
-            if declaration.fp8
-            else declaration.bnb.skip_modules
-            if declaration.bnb
-            else tuple(f"-:{p}" for p, scheme in declaration.gptq.dynamic if scheme is None)
-            if declaration.gptq
-            else ()
-        ),
+        "exclude": frozenset(rules.excludes_declared() if rules is not None else ()),
     }
     if mo is not None and mo.layers is not None:
         counts = Counter(mo.layers.values())

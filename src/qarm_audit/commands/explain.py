@@ -11,10 +11,20 @@ is ``resolve()``'s for every module of every fixture.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..check.spelling import spell
-from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules, read_declaration
+from ..declarations import (
+    AwqRules,
+    BnbRules,
+    CompressedTensorsRules,
+    Declaration,
+    Fp8Rules,
+    GptqRules,
+    ModelOptRules,
+    read_declaration,
+)
 from ..engines.profile import Profile, load_profile, resolve_env
 from ..errors import UsageError
 from ..layers import LayerTree, build_tree, layer_facts, read_model_config
@@ -27,6 +37,7 @@ from ..report.explain_model import (
     OperandRow,
 )
 from ..report.model import ArmRow
+from ..resolve import resolve
 from ..resolve.resolver import (
     EXCLUDED,
     INHERITED,
@@ -38,10 +49,12 @@ from ..resolve.resolver import (
     _ModelOpt,
     engine_class,
     layer_override,
-    resolve,
 )
 from ..sources import Checkpoint, open_source
 from .audit import DEFAULT_ENGINE, audit
+from .explain_bnb import trace_bnb
+from .explain_fp8 import trace_fp8
+from .explain_gptq import trace_awq, trace_gptq
 
 SUGGESTIONS = 5
 
@@ -116,26 +129,9 @@ def trace(
     """
     info = modules[name]
     log = _Log()
-    split_star = tree is None or tree.has_mapper
-    if declaration.modelopt is not None:
-        _trace_modelopt(log, declaration.modelopt, modules, info, split_star)
-    elif declaration.compressed_tensors is not None:
-        _trace_compressed_tensors(log, declaration.compressed_tensors, modules, info)
-    elif declaration.fp8 is not None:
-        from .explain_fp8 import trace_fp8
-
-        trace_fp8(log, declaration.fp8, modules, info)
-    elif declaration.bnb is not None:
-        from .explain_bnb import trace_bnb
-
-        trace_bnb(log, declaration.bnb, info)
-    elif declaration.gptq is not None or declaration.awq is not None:
-        from .explain_gptq import trace_awq, trace_gptq
-
-        if declaration.gptq is not None:
-            trace_gptq(log, declaration.gptq, modules, info)
-        elif declaration.awq is not None:
-            trace_awq(log, declaration.awq, modules, info)
+    rules = declaration.rules
+    if rules is not None:
+        _TRACERS[type(rules)](log, rules, modules, info, tree)
     else:
         reason = f": {declaration.reason}" if declaration.reason else ""
         log.hit(
@@ -179,6 +175,24 @@ def _fused(engine: str, members: list[ModuleInfo]) -> bool:
 
 def _entry(written: str, matched: str) -> str:
     return f"entry {_q(written)}" + (f" (as {_q(matched)})" if written != matched else "")
+
+
+Tracer = Callable[[_Log, Any, Mapping[str, ModuleInfo], ModuleInfo, LayerTree | None], None]
+
+_TRACERS: dict[type, Tracer] = {
+    ModelOptRules: lambda log, rules, modules, info, tree: _trace_modelopt(
+        log, rules, modules, info, tree is None or tree.has_mapper
+    ),
+    CompressedTensorsRules: lambda log, rules, modules, info, _: _trace_compressed_tensors(
+        log, rules, modules, info
+    ),
+    Fp8Rules: lambda log, rules, modules, info, _: trace_fp8(log, rules, modules, info),
+    BnbRules: lambda log, rules, _, info, __: trace_bnb(log, rules, info),
+    GptqRules: lambda log, rules, modules, info, _: trace_gptq(log, rules, modules, info),
+    AwqRules: lambda log, rules, modules, info, _: trace_awq(log, rules, modules, info),
+}
+"""Each declaration format's step-by-step trace of one module (as :mod:`qarm_audit.resolve`
+registers each format's resolver)."""
 
 
 def _trace_modelopt(

@@ -23,6 +23,15 @@ from . import bitsandbytes as bnb
 from . import compressed_tensors as ct
 from . import fp8 as native_fp8
 from . import modelopt as mo
+from .rules import (
+    AwqRules,
+    BnbRules,
+    CompressedTensorsRules,
+    FormatRules,
+    Fp8Rules,
+    GptqRules,
+    ModelOptRules,
+)
 from .schemes import Scheme, modelopt_scheme
 
 __all__ = [
@@ -30,6 +39,7 @@ __all__ = [
     "BnbRules",
     "CompressedTensorsRules",
     "Declaration",
+    "FormatRules",
     "Fp8Rules",
     "GptqRules",
     "KvDeclaration",
@@ -37,73 +47,6 @@ __all__ = [
     "Scheme",
     "read_declaration",
 ]
-
-
-@dataclass(frozen=True)
-class ModelOptRules:
-    algo: str
-    default_scheme: Scheme | None
-    """Non-mixed: every Linear not excluded gets this scheme."""
-    layers: dict[str, str] | None
-    """MIXED_PRECISION: module name -> scheme name, in the file's order."""
-    excludes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class CompressedTensorsRules:
-    targets: dict[str, str]
-    """Target string -> scheme name. The same string in two groups: the last group wins."""
-    ignore: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Fp8Rules:
-    """A native ``quant_method: fp8`` declaration: one scheme for every Linear and MoE layer the
-    engine builds with a quant method, but those ``ignored`` names."""
-
-    scheme: Scheme
-    ignored: tuple[str, ...]
-    ignored_key: str
-    """``ignored_layers`` or ``modules_to_not_convert``: the key the list was read from."""
-
-
-@dataclass(frozen=True)
-class BnbRules:
-    """A ``quant_method: bitsandbytes`` declaration: one scheme for every Linear and MoE layer
-    the engine builds with a quant method, but those ``llm_int8_skip_modules`` names."""
-
-    scheme: Scheme
-    skip_modules: tuple[str, ...]
-    double_quant: bool
-    eight_bit: bool
-
-
-@dataclass(frozen=True)
-class GptqRules:
-    """A ``quant_method: gptq`` declaration: the base scheme for every Linear and MoE layer the
-    engine builds with a quant method, but those ``dynamic`` skips (``-:``) or overrides
-    (``+:``), and, where ``modules_in_block_to_quantize`` is given, those no entry of it names;
-    the head only with ``lm_head``."""
-
-    scheme: Scheme
-    lm_head: bool
-    quantize_list: tuple[str, ...] | None
-    """``modules_in_block_to_quantize`` flattened; None: vLLM takes the modules that ship a
-    tensor of no float dtype."""
-    dynamic: tuple[tuple[str, str | None], ...]
-    """``(pattern, scheme name)`` in the declaration's order; None for a ``-:`` skip."""
-
-
-@dataclass(frozen=True)
-class AwqRules:
-    """A ``quant_method: awq`` declaration: one scheme for every Linear and MoE layer the engine
-    builds with a quant method (the head only with ``lm_head``), but those a
-    ``modules_to_not_convert`` entry occurs inside."""
-
-    scheme: Scheme
-    lm_head: bool
-    not_convert: tuple[str, ...] | None
-    """None: vLLM takes every module that ships only float tensors."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +89,21 @@ class Declaration:
     ``input_activations: null`` (vLLM v0.33 re-labels such an NVFP4 as W4A16_NVFP4)."""
     sparsity_targets: tuple[str, ...] = ()
     """The targets of a compressed-tensors ``sparsity_config`` (vLLM refuses any)."""
+
+    @property
+    def rules(self) -> FormatRules | None:
+        """The format's rules that were read, whichever format declared them."""
+        for rules in (
+            self.modelopt,
+            self.compressed_tensors,
+            self.fp8,
+            self.bnb,
+            self.gptq,
+            self.awq,
+        ):
+            if rules is not None:
+                return rules
+        return None
 
     @property
     def quantized(self) -> bool:

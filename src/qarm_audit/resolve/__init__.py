@@ -3,3 +3,7 @@
 Takes a declaration and the modules; gives a ``Membership`` per module (bucket, how, rule)
 and the resolution findings (fused shards declared apart, substring-only excludes, ...).
 """
+
+from .formats import resolve
+
+__all__ = ["resolve"]

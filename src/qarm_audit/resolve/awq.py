@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..declarations import AwqRules
+from ..layers import LayerTree
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo
 from .packed import FLOAT_DTYPES, LINEAR_KINDS, ListResolver, layer_class
 from .resolver import EXCLUDED, Membership, Resolution, layer_override
@@ -70,5 +71,8 @@ class AwqResolver(ListResolver):
         return found[0]
 
 
-def resolve_awq(rules: AwqRules, modules: Mapping[str, ModuleInfo]) -> Resolution:
+def resolve_awq(
+    rules: AwqRules, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
+) -> Resolution:
+    """``tree`` annotated the modules; these rules read nothing more of it."""
     return AwqResolver(rules, modules).run()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..declarations import BnbRules
+from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
 from .resolver import EXCLUDED, UNLISTED, Membership, Resolution, experts_disagree, layer_override
 
@@ -39,7 +40,10 @@ def skipped_by(name: str, skip_modules: tuple[str, ...]) -> Membership | None:
     return None
 
 
-def resolve_bnb(rules: BnbRules, modules: Mapping[str, ModuleInfo]) -> Resolution:
+def resolve_bnb(
+    rules: BnbRules, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
+) -> Resolution:
+    """``tree`` annotated the modules; these rules read nothing more of it."""
     out = Resolution()
     groups: dict[str, list[ModuleInfo]] = {}
     for info in modules.values():

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from ..declarations import Fp8Rules
 from ..findings import finding
+from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
 from .resolver import (
     EXCLUDED,
@@ -103,5 +104,8 @@ class Fp8Resolver:
         return Membership(UNLISTED, "none")
 
 
-def resolve_fp8(rules: Fp8Rules, modules: Mapping[str, ModuleInfo]) -> Resolution:
+def resolve_fp8(
+    rules: Fp8Rules, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
+) -> Resolution:
+    """``tree`` annotated the modules; these rules read nothing more of it."""
     return Fp8Resolver(rules, modules).run()

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..declarations import GptqRules
+from ..layers import LayerTree
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo
 from .matchers import FirstMatch
 from .packed import FLOAT_DTYPES, LINEAR_KINDS, ListResolver, layer_class
@@ -82,5 +83,8 @@ class GptqResolver(ListResolver):
         return found[0]
 
 
-def resolve_gptq(rules: GptqRules, modules: Mapping[str, ModuleInfo]) -> Resolution:
+def resolve_gptq(
+    rules: GptqRules, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
+) -> Resolution:
+    """``tree`` annotated the modules; these rules read nothing more of it."""
     return GptqResolver(rules, modules).run()

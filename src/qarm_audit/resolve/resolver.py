@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
-from ..declarations import CompressedTensorsRules, Declaration, ModelOptRules
+from ..declarations import CompressedTensorsRules, ModelOptRules
 from ..findings import Finding, finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
@@ -102,32 +102,19 @@ class Resolution:
     """Declared entries (MIXED keys, exact CT targets) that name no shipped module."""
 
 
-def resolve(
-    declaration: Declaration, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
+def resolve_modelopt(
+    rules: ModelOptRules, modules: Mapping[str, ModuleInfo], tree: LayerTree | None = None
 ) -> Resolution:
     """``tree`` is the layer tree the modules were annotated with (None: the generic one)."""
-    split_star = tree is None or tree.has_mapper
-    if declaration.modelopt is not None:
-        return _ModelOpt(declaration.modelopt, modules, split_star, tree).run()
-    if declaration.compressed_tensors is not None:
-        return _CompressedTensors(declaration.compressed_tensors, modules, tree).run()
-    if declaration.fp8 is not None:
-        from .fp8 import resolve_fp8  # fp8.py builds on this module's memberships
+    return _ModelOpt(rules, modules, tree is None or tree.has_mapper, tree).run()
 
-        return resolve_fp8(declaration.fp8, modules)
-    if declaration.bnb is not None:
-        from .bitsandbytes import resolve_bnb  # built on this module's memberships
 
-        return resolve_bnb(declaration.bnb, modules)
-    if declaration.gptq is not None:
-        from .gptq import resolve_gptq  # built on this module's memberships
-
-        return resolve_gptq(declaration.gptq, modules)
-    if declaration.awq is not None:
-        from .awq import resolve_awq  # built on this module's memberships
-
-        return resolve_awq(declaration.awq, modules)
-    return Resolution(dict.fromkeys(modules, _UNLISTED))
+def resolve_compressed_tensors(
+    rules: CompressedTensorsRules,
+    modules: Mapping[str, ModuleInfo],
+    tree: LayerTree | None = None,
+) -> Resolution:
+    return _CompressedTensors(rules, modules, tree).run()
 
 
 def experts_disagree(
