@@ -747,6 +747,19 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("debug-keeps-exit-3", "cli.py",
      "            print_traceback(exc)\n            hint = (",
      '            if os.environ.get("QARM_DEBUG") == "1":\n                raise\n            hint = ('),
+    # compressed-tensors MXFP4 on vLLM (tests/test_compressed_tensors_mxfp4.py)
+    ("ct-mxfp4-min-capability", "engines/profiles/vllm.toml",
+     'gpu_max = 79\narm = "none"\nreason = "CompressedTensorsW4A4Mxfp4 needs',
+     'gpu_max = 0\narm = "none"\nreason = "CompressedTensorsW4A4Mxfp4 needs'),
+    ("ct-mxfp4-flashinfer-w4a4", "engines/profiles/vllm.toml",
+     'gpu_min = 100\narm = "W4A4-MXFP4"',
+     'gpu_min = 100\narm = "W4A16-MXFP4"'),
+    ("ct-mxfp4-marlin-weight-only", "engines/profiles/vllm.toml",
+     'gpu_min = 80\narm = "W4A16-MXFP4"',
+     'gpu_min = 80\narm = "W4A4-MXFP4"'),
+    ("ct-mxfp4-experts-unknown", "engines/profiles/vllm.toml",
+     'declared_family = ["mxfp4"]\nmodule_contains = [".experts."]',
+     'declared_family = ["none"]\nmodule_contains = [".experts."]'),
 ]
 # fmt: on
 

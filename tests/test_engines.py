@@ -196,6 +196,8 @@ VOCABULARY = {
     "W8A16-FP8",
     "W8A8-MXFP8",
     "W8A16-MXFP8",
+    "W4A4-MXFP4",
+    "W4A16-MXFP4",
     "W4A16-INT",
     "W8A16-INT",
     "W8A8-INT",

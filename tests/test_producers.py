@@ -29,6 +29,9 @@ NO_ARM_IN_NAME_PROBE = {
     # refused there by name (no-arm), which is the profile speaking, not the checkpoint.
     "llmcompressor-fp8-dynamic",
     "llmcompressor-mixed-fp8attn-w4a16mlp",
+    "llmcompressor-mxfp4",
+    "llmcompressor-mxfp4a16",
+    "llmcompressor-moe-mxfp4a16",
     "llmcompressor-w4a16",
     "llmcompressor-w4a16-asym",
     "llmcompressor-w8a8-int8",

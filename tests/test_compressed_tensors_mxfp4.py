@@ -1,0 +1,69 @@
+"""compressed-tensors MXFP4 (``mxfp4-pack-quantized``: weights fp4 in groups of 32 with E8M0
+``uint8`` scales, no global scale), written by llm-compressor 0.14.0.1 on the CPU
+(``fixtures/producers/llmcompressor-mxfp4``, ``-mxfp4a16``, ``-moe-mxfp4a16``), against vLLM
+0.30-0.33: every MXFP4 Linear is ``CompressedTensorsW4A4Mxfp4`` (min capability 80), which asks
+``init_mxfp4_linear_kernel`` for MXFP4 dynamic activations whatever was declared; FlashInfer's
+W4A4 kernel takes them on sm100+, Marlin (weight-only) below
+(vllm/model_executor/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_mxfp4.py,
+vllm/model_executor/kernels/linear/__init__.py ``_POSSIBLE_MXFP4_KERNELS``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from qarm_audit import audit
+
+CORPUS = REPO / "fixtures" / "producers"
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+
+
+def arms(
+    name: str, release: str, gpu: str, env: dict[str, str] | None = None
+) -> set[tuple[str, str]]:
+    report = audit(str(CORPUS / name), engine=f"vllm=={release}", gpu=gpu, env=env)
+    assert sum(b.tensors for b in report.buckets) == report.totals.tensors
+    return {(a.declared, a.executed) for a in report.arms}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize(
+    ("gpu", "mxfp4", "mxfp4a16"),
+    [
+        ("sm80", "W4A16-MXFP4", "W4A16-MXFP4"),
+        ("sm90", "W4A16-MXFP4", "W4A16-MXFP4"),
+        ("sm100", "W4A4-MXFP4", "W4A4-MXFP4"),
+        ("sm120", "W4A4-MXFP4", "W4A4-MXFP4"),
+    ],
+)
+def test_executed_arm_per_gpu(release: str, gpu: str, mxfp4: str, mxfp4a16: str) -> None:
+    assert arms("llmcompressor-mxfp4", release, gpu) == {("W4A4-MXFP4", mxfp4)}
+    assert arms("llmcompressor-mxfp4a16", release, gpu) == {("W4A16-MXFP4", mxfp4a16)}
+
+
+def test_weight_only_declared_runs_w4a4_on_blackwell_and_says_so() -> None:
+    report = audit(str(CORPUS / "llmcompressor-mxfp4a16"), engine="vllm==0.33.0", gpu="sm100")
+    assert report.refusals == []
+    (warning,) = report.warnings
+    assert warning.code == "declared-arm-differs"
+    assert "declared W4A16-MXFP4 -> executed W4A4-MXFP4" in warning.message
+    clean = audit(str(CORPUS / "llmcompressor-mxfp4a16"), engine="vllm==0.33.0", gpu="sm90")
+    assert clean.verdict == "clean"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_below_sm80_is_refused_with_the_engines_message(release: str) -> None:
+    report = audit(str(CORPUS / "llmcompressor-mxfp4"), engine=f"vllm=={release}", gpu="sm75")
+    assert {r.code for r in report.refusals} == {"no-arm"}
+    assert "Min capability: 80. Current capability: 75." in report.refusals[0].message
+
+
+def test_marlin_backend_keeps_weight_only_on_blackwell() -> None:
+    got = arms("llmcompressor-mxfp4", "0.33.0", "sm100", env={"linear_backend": "marlin"})
+    assert got == {("W4A4-MXFP4", "W4A16-MXFP4")}
+
+
+def test_routed_experts_arm_is_unknown_not_guessed() -> None:
+    report = audit(str(CORPUS / "llmcompressor-moe-mxfp4a16"), engine="vllm==0.33.0", gpu="sm90")
+    by_arm = {(a.declared, a.executed): a.modules for a in report.arms}
+    assert by_arm == {("W4A16-MXFP4", "W4A16-MXFP4"): 8, ("W4A16-MXFP4", "unknown"): 24}
