@@ -161,7 +161,9 @@ def test_declaration_reads_two_keys_and_the_model_type() -> None:
 
 def test_another_model_type_is_unknown(tmp_path: Path) -> None:
     report = audit(str(checkpoint(tmp_path, model_type="kimi_k3")), engine="vllm", gpu="sm90")
-    assert {a.executed for a in report.arms if a.scheme == "MXFP4"} == {"unknown"}
+    rows = [a for a in report.arms if a.scheme == "MXFP4"]
+    assert [a.executed for a in rows] == ["unknown"]
+    assert "GptOssMxfp4Config does not claim the checkpoint" in rows[0].reason
 
 
 def test_moe_backend_other_than_auto_is_unknown(tmp_path: Path) -> None:
