@@ -202,6 +202,7 @@ VOCABULARY = {
     "W4A16-BNB-NF4",
     "W4A16-BNB-FP4",
     "W8A8-BNB-INT8",
+    "W4A16-MXFP4",
     "unquantized",
     "none",
     "unknown",
