@@ -125,6 +125,18 @@ def test_gpt_oss_in_the_loader_layout_audits_clean(tmp_path: Path, release: str)
     assert sum(b.tensors for b in report.buckets) == report.totals.tensors
     mx = next(b for b in report.buckets if b.scheme == "MXFP4")
     assert mx.parameters == 2 * (E * 2 * INTER * H + E * 2 * INTER + E * H * INTER + E * H)
+    assert report.notes == []  # GptOssForCausalLM is modelled: no architecture-not-modelled
+    rows = {m["module"]: (m["bucket"], m["how"], m["rule"]) for m in report.modules}
+    assert rows[EXPERTS] == ("MXFP4", "class", "RoutedExperts")
+    assert rows["model.layers.0.self_attn.q_proj"] == (
+        "unlisted",
+        "class",
+        "LinearBase (UnquantizedLinearMethod)",
+    )
+    router = "GateLinear" if release != "0.30.0" else "ReplicatedLinear"
+    assert rows["model.layers.0.mlp.router"] == ("unlisted", "no-quant-config", router)
+    assert rows["model.embed_tokens"] == ("unlisted", "not-a-linear", "VocabParallelEmbedding")
+    assert rows["lm_head"] == ("unlisted", "not-a-linear", "ParallelLMHead")
     assert report.declaration.rules == {"modules_to_not_convert": 4}
     assert report.declaration.excludes == NOT_CONVERT
 
