@@ -294,3 +294,13 @@ def test_json_is_deterministic(tmp_path: Path) -> None:
     folder = str(checkpoint(tmp_path))
     first = render_json(audit(folder, engine="vllm", gpu="sm90"))
     assert first == render_json(audit(folder, engine="vllm", gpu="sm90"))
+
+
+def test_sglang_below_sm80_no_arm_else_unknown(tmp_path: Path) -> None:
+    folder = str(checkpoint(tmp_path))
+    low = audit(folder, engine="sglang", gpu="sm75")
+    assert "The quantization method mxfp4 is not supported for the current GPU. " in " ".join(
+        r.message for r in low.refusals
+    )
+    high = audit(folder, engine="sglang", gpu="sm90")
+    assert {a.executed for a in high.arms if a.scheme == "MXFP4"} == {"unknown"}
