@@ -170,6 +170,7 @@ DEFAULT_ARCHITECTURES = (
     "Glm4MoeForCausalLM",
     "GlmMoeDsaForCausalLM",
     "LagunaForCausalLM",
+    "GptOssForCausalLM",
     "LlavaForConditionalGeneration",
     "Qwen2VLForConditionalGeneration",
     "Qwen2_5_VLForConditionalGeneration",
@@ -371,6 +372,9 @@ class Lam:
     node: ast.Lambda
     module: Module
     env: Env
+    obj: Obj | None = None
+    """The ``self`` of the frame the lambda was written in (a closure over it)."""
+    owner: ClassInfo | None = None
 
 
 @dataclass(eq=False)
@@ -962,7 +966,7 @@ class Interpreter:
                 return one(ListV([self.first(self.eval(node.value, inner))]))
             return one(ListV([self.first(self.eval(node.elt, inner))]))
         if isinstance(node, ast.Lambda):
-            return one(Lam(node, frame.module, frame.env))
+            return one(Lam(node, frame.module, frame.env, frame.obj, frame.owner))
         if isinstance(node, ast.BoolOp):
             for v in node.values:
                 self.eval(v, frame)
@@ -1300,9 +1304,8 @@ class Interpreter:
             env.vars[name] = value
         for name, (value, _) in kwargs.items():
             env.vars[name] = value
-        inner = Frame(
-            lam.module, env, frame.obj, frame.owner, frame.conds, frame.where, frame.depth + 1
-        )
+        obj, owner = (lam.obj, lam.owner) if lam.obj is not None else (frame.obj, frame.owner)
+        inner = Frame(lam.module, env, obj, owner, frame.conds, frame.where, frame.depth + 1)
         return self.eval(lam.node.body, inner)
 
     # ---- building modules

@@ -14,6 +14,7 @@ from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
 from .bnb import bnb_4bit_shapes
 from .gptq import awq_shapes, gptq_shapes
+from .mxfp4 import mxfp4_shapes, unquantized_experts
 from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
 
 
@@ -45,6 +46,8 @@ def contract(scheme: Scheme) -> list[Operand] | None:
         return _gptq(scheme)
     if scheme.producer == "awq":
         return _awq()
+    if scheme.producer == "mxfp4":
+        return _mxfp4(scheme)
     if scheme.producer == "modelopt":
         if scheme.family == "fp8":
             weight = Operand("weight", FP8_DTYPES, "out,in")
@@ -180,6 +183,22 @@ def _awq() -> list[Operand]:
     ]
 
 
+def _mxfp4(scheme: Scheme) -> list[Operand]:
+    """What transformers' MXFP4 quantizer saves for gpt-oss's routed experts and vLLM's
+    ``GptOssMxfp4MoEMethod`` loads: U8 blocks and U8 E8M0 scales (the loader copies them into
+    uint8 parameters), 16-bit biases (gpt-oss builds its MoE with ``has_bias=True``; another
+    model type's MoE may have none). Shapes: ``check/mxfp4.py``."""
+    bias = scheme.algo == "gpt_oss_mxfp4"
+    return [
+        Operand("gate_up_proj_blocks", U8, "any"),
+        Operand("gate_up_proj_scales", U8, "any"),
+        Operand("gate_up_proj_bias", FLOAT, "any", required=bias),
+        Operand("down_proj_blocks", U8, "any"),
+        Operand("down_proj_scales", U8, "any"),
+        Operand("down_proj_bias", FLOAT, "any", required=bias),
+    ]
+
+
 def _expected_shape(
     spec: str, out: int, inner: int, group: int | None, block: tuple[int, int] | None = None
 ) -> tuple[int, ...] | None:
@@ -264,6 +283,9 @@ def check_module(
     if not spelling.quantized:
         if membership.how in INHERITED and info.kind != "linear":
             return spelling, out  # a container (A_log, dt_bias) that inherits a child's scheme
+        if scheme.producer == "mxfp4":
+            out.append(unquantized_experts(info, scheme, membership))
+            return spelling, out
         weight = info.weight
         out.append(
             finding(
@@ -367,6 +389,8 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
         out.extend(gptq_shapes(info, scheme))
     if scheme.producer == "awq":
         out.extend(awq_shapes(info, scheme))
+    if scheme.producer == "mxfp4":
+        out.extend(mxfp4_shapes(info, scheme))
     out.extend(_strays(info, scheme, spec))
     return out
 

@@ -5,19 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..modules.inventory import ModuleInfo
-from ..modules.operands import KV_OPERANDS, OperandKind, classify_operand
+from ..modules.operands import (
+    KV_OPERANDS,
+    MXFP4_BLOCKS,
+    MXFP4_SCALES,
+    OperandKind,
+    classify_operand,
+)
 from ..sources.checkpoint import TensorEntry
 
 FLOAT_DTYPES = frozenset({"BF16", "F16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
 E8M0_DTYPES = frozenset({"U8", "F8_E8M0"})
+MXFP4_OPERANDS = frozenset({*MXFP4_BLOCKS, *MXFP4_SCALES})
 
 
 @dataclass(frozen=True, slots=True)
 class Spelling:
     family: str
     """``none``, ``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq``, ``awq-gptq``,
-    ``sparse``, ``marlin-24``, ``bnb-nf4``, ``bnb-fp4``, ``bnb-4bit`` (bitsandbytes 4-bit with
+    ``sparse``, ``marlin-24``, ``gpt-oss-mxfp4`` (``_blocks``/``_scales`` experts),
+    ``bnb-nf4``, ``bnb-fp4``, ``bnb-4bit`` (bitsandbytes 4-bit with
     no one quant state), ``bnb-int8`` or ``scales-only`` (scales on a plain weight)."""
     producer: str
     """``modelopt`` or ``compressed-tensors`` spelling where the two differ, else ``""``."""
@@ -46,6 +54,9 @@ def spell(info: ModuleInfo) -> Spelling:
     bnb = _bnb(ops, quant)
     if bnb is not None:
         return bnb
+    mx = sorted(quant & MXFP4_OPERANDS)
+    if mx:
+        return Spelling("gpt-oss-mxfp4", "", f"gpt-oss MXFP4 experts ({', '.join(mx)})")
     scale = ops.get("weight_scale")
     scale_dtype = scale.dtype if scale else None
     if quant & {"qweight", "qzeros", "scales", "g_idx"}:
@@ -147,5 +158,6 @@ COMPATIBLE: dict[str, frozenset[str]] = {
     "bnb-int8": frozenset({"bnb-int8"}),
     "gptq": frozenset({"awq-gptq"}),
     "autoawq": frozenset({"awq-gptq"}),
+    "gpt-oss-mxfp4": frozenset({"gpt-oss-mxfp4"}),
 }
 """Declared scheme family -> shipped spelling families that can carry it."""

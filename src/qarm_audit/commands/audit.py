@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..findings import Finding, Severity, finding
 from ..layers import build_tree, layer_facts, read_model_config, tree_findings
 from ..modules.inventory import ModuleInfo, build_inventory
-from ..modules.operands import WEIGHT_NAMES, OperandKind, classify_operand
+from ..modules.operands import MXFP4_BLOCKS, WEIGHT_NAMES, OperandKind, classify_operand
 from ..report.group import plural
 from ..report.model import (
     Bucket,
@@ -445,6 +445,8 @@ def _parameters(info: ModuleInfo, spelling: Spelling | None, bits: int | None) -
             elif operand == "qweight":
                 factor = 8
             total += prod(entry.shape) * factor
+        elif operand in MXFP4_BLOCKS:
+            total += prod(entry.shape) * 2  # two E2M1 values a byte
         elif classify_operand(operand) is OperandKind.PLAIN:
             total += prod(entry.shape)
     return total

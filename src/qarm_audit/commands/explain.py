@@ -23,6 +23,7 @@ from ..declarations import (
     Fp8Rules,
     GptqRules,
     ModelOptRules,
+    Mxfp4Rules,
     read_declaration,
 )
 from ..engines.profile import Profile, load_profile, resolve_env
@@ -55,6 +56,7 @@ from .audit import DEFAULT_ENGINE, audit
 from .explain_bnb import trace_bnb
 from .explain_fp8 import trace_fp8
 from .explain_gptq import trace_awq, trace_gptq
+from .explain_mxfp4 import trace_mxfp4
 
 SUGGESTIONS = 5
 
@@ -190,6 +192,7 @@ _TRACERS: dict[type, Tracer] = {
     BnbRules: lambda log, rules, _, info, __: trace_bnb(log, rules, info),
     GptqRules: lambda log, rules, modules, info, _: trace_gptq(log, rules, modules, info),
     AwqRules: lambda log, rules, modules, info, _: trace_awq(log, rules, modules, info),
+    Mxfp4Rules: lambda log, rules, modules, info, _: trace_mxfp4(log, rules, modules, info),
 }
 """Each declaration format's step-by-step trace of one module (as :mod:`qarm_audit.resolve`
 registers each format's resolver)."""

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import DeclarationError
 from ..findings import Finding, finding
 from ..sources.header import loads_strict
-from . import awq, gptq
+from . import awq, gptq, mxfp4
 from . import bitsandbytes as bnb
 from . import compressed_tensors as ct
 from . import fp8 as native_fp8
@@ -31,6 +31,7 @@ from .rules import (
     Fp8Rules,
     GptqRules,
     ModelOptRules,
+    Mxfp4Rules,
 )
 from .schemes import Scheme, modelopt_scheme
 
@@ -44,6 +45,7 @@ __all__ = [
     "GptqRules",
     "KvDeclaration",
     "ModelOptRules",
+    "Mxfp4Rules",
     "Scheme",
     "read_declaration",
 ]
@@ -60,7 +62,7 @@ class KvDeclaration:
 class Declaration:
     family: str
     """``modelopt``, ``compressed-tensors``, ``fp8`` (native ``quant_method: fp8``),
-    ``bitsandbytes``, ``gptq``, ``awq``, ``none``
+    ``bitsandbytes``, ``gptq``, ``awq``, ``mxfp4`` (gpt-oss), ``none``
     (declares no quantization, e.g. sparsity only), ``absent`` (no declaration document at
     all) or ``unreadable``."""
     source: str
@@ -74,6 +76,7 @@ class Declaration:
     bnb: BnbRules | None = None
     gptq: GptqRules | None = None
     awq: AwqRules | None = None
+    mxfp4: Mxfp4Rules | None = None
     kv: KvDeclaration | None = None
     producer: str | None = None
     findings: tuple[Finding, ...] = ()
@@ -100,6 +103,7 @@ class Declaration:
             self.bnb,
             self.gptq,
             self.awq,
+            self.mxfp4,
         ):
             if rules is not None:
                 return rules
@@ -114,6 +118,7 @@ class Declaration:
             "bitsandbytes",
             "gptq",
             "awq",
+            "mxfp4",
         )
 
 
@@ -123,6 +128,8 @@ class _Candidate:
     block: dict[str, Any]
     kind: str
     """``inline`` (a quantization_config block) or ``file`` (hf_quant_config shape)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The config the block sits in (empty for a file of its own): vLLM's ``hf_config``."""
 
 
 DECLARATION_CONTAINERS = 1_000_000
@@ -173,7 +180,7 @@ def _candidates(documents: dict[str, str]) -> list[_Candidate]:
             if block is not None:
                 if not isinstance(block, dict):
                     raise DeclarationError(f"{name}: {key}", "is not a JSON object")
-                found.append(_Candidate(f"{name}: {key}", block, "inline"))
+                found.append(_Candidate(f"{name}: {key}", block, "inline", doc))
                 break
     found.extend(_Candidate(name, doc, "file") for name, doc in file_like)
     found.extend(
@@ -481,6 +488,29 @@ def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
     )
 
 
+def _mxfp4_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    parsed: mxfp4.Mxfp4Config = _validate(mxfp4.Mxfp4Config, candidate.block, candidate.where)
+    model_type = candidate.config.get("model_type")
+    model_type = model_type if isinstance(model_type, str) else ""
+    scheme = mxfp4.to_scheme(model_type, mxfp4.moe_dims(candidate.config))
+    written = parsed.modules_to_not_convert
+    rules = Mxfp4Rules(
+        scheme=scheme,
+        not_convert=None if written is None else tuple(written),
+        model_type=model_type,
+    )
+    return Declaration(
+        "mxfp4",
+        candidate.where,
+        method="mxfp4",
+        algo="mxfp4",
+        schemes={scheme.name: scheme},
+        mxfp4=rules,
+        findings=tuple(_unknown_keys(parsed, candidate.where)),
+        considered=considered,
+    )
+
+
 def _declaration_of(
     candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
 ) -> Declaration:
@@ -506,6 +536,7 @@ _READERS: dict[str, Callable[[_Candidate, tuple[str, ...]], Declaration]] = {
     "bitsandbytes": _bnb_declaration,
     "gptq": _gptq_declaration,
     "awq": _awq_declaration,
+    "mxfp4": _mxfp4_declaration,
 }
 """The reader of each ``quant_method`` qarm reads, but ModelOpt's (which merges two files)."""
 

@@ -130,3 +130,21 @@ class AwqRules:
 
     def excludes_declared(self) -> tuple[str, ...]:
         return self.not_convert or ()
+
+
+@dataclass(frozen=True)
+class Mxfp4Rules:
+    """A gpt-oss ``quant_method: mxfp4`` declaration: the scheme for every routed-experts layer
+    the engine builds with a quant method; every ``LinearBase`` unquantized, whatever the
+    declaration says. ``modules_to_not_convert`` is kept as written: vLLM reads no key of it."""
+
+    scheme: Scheme
+    not_convert: tuple[str, ...] | None
+    model_type: str
+    """config.json's ``model_type``: ``gpt_oss`` makes vLLM's method ``gpt_oss_mxfp4``."""
+
+    def rule_counts(self) -> dict[str, int]:
+        return {} if self.not_convert is None else {"modules_to_not_convert": len(self.not_convert)}
+
+    def excludes_declared(self) -> tuple[str, ...]:
+        return self.not_convert or ()

@@ -19,6 +19,7 @@ FAMILY_LABELS = {
     "bnb-int8": "BNB-INT8",
     "gptq": "INT",
     "autoawq": "INT",
+    "gpt-oss-mxfp4": "MXFP4",
 }
 
 
@@ -33,10 +34,11 @@ class Scheme:
     name: str
     producer: str
     """``modelopt``, ``compressed-tensors``, ``fp8`` (a native ``quant_method: fp8``),
-    ``bitsandbytes``, ``gptq`` or ``awq``."""
+    ``bitsandbytes``, ``gptq``, ``awq`` or ``mxfp4`` (gpt-oss's ``quant_method: mxfp4``)."""
     family: str
     """``fp8``, ``nvfp4``, ``mxfp8``, ``mxfp4``, ``int``, ``awq``, ``bnb-nf4``, ``bnb-fp4``,
-    ``bnb-int8``, ``gptq``, ``autoawq`` (AutoAWQ's ``quant_method: awq``) or ``unknown``."""
+    ``bnb-int8``, ``gptq``, ``autoawq`` (AutoAWQ's ``quant_method: awq``), ``gpt-oss-mxfp4``
+    (gpt-oss's ``_blocks``/``_scales`` experts) or ``unknown``."""
     weight_bits: int | None
     weight_type: str | None
     weight_strategy: str | None
@@ -59,6 +61,10 @@ class Scheme:
     act_order: bool = False
     """GPTQ ``desc_act`` with groups: the columns are quantized in activation order and the
     module ships ``g_idx``, its group per input column."""
+    moe_dims: tuple[int, int, int] | None = None
+    """gpt-oss MXFP4: config.json's (``num_local_experts``, ``hidden_size``,
+    ``intermediate_size``), which the engine sizes the experts' parameters by; None where the
+    config states no integer for one of them."""
 
     @property
     def declared_arm(self) -> str:

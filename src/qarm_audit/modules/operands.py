@@ -60,6 +60,12 @@ QUANT_OPERANDS: dict[str, str] = {
     "weight.nested_quant_map": "bnb",
     "weight.quant_state.bitsandbytes__nf4": "bnb",
     "weight.quant_state.bitsandbytes__fp4": "bnb",
+    # gpt-oss native MXFP4 (quant_method mxfp4): the routed experts of a layer as one module,
+    # E2M1 pairs a byte in 16-byte blocks of 32 and one E8M0 scale a block (the biases are plain)
+    "gate_up_proj_blocks": "gpt-oss-mxfp4",
+    "gate_up_proj_scales": "gpt-oss-mxfp4",
+    "down_proj_blocks": "gpt-oss-mxfp4",
+    "down_proj_scales": "gpt-oss-mxfp4",
     # bitsandbytes 8-bit (LLM.int8: Int8Params' row scales and its layout byte)
     "SCB": "bnb-int8",
     "weight_format": "bnb-int8",
@@ -107,6 +113,10 @@ def classify_operand(operand: str) -> OperandKind:
         return OperandKind.UNCLASSIFIED
     return OperandKind.PLAIN
 
+
+MXFP4_BLOCKS = ("gate_up_proj_blocks", "down_proj_blocks")
+"""gpt-oss's packed expert weights: two E2M1 values a byte."""
+MXFP4_SCALES = ("gate_up_proj_scales", "down_proj_scales")
 
 WEIGHT_NAMES = ("weight", "weight_packed", "qweight")
 """Operands that carry the weight itself, in order of preference."""

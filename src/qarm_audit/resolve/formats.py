@@ -16,6 +16,7 @@ from ..declarations import (
     Fp8Rules,
     GptqRules,
     ModelOptRules,
+    Mxfp4Rules,
 )
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
@@ -23,6 +24,7 @@ from .awq import resolve_awq
 from .bitsandbytes import resolve_bnb
 from .fp8 import resolve_fp8
 from .gptq import resolve_gptq
+from .mxfp4 import resolve_mxfp4
 from .resolver import (
     UNLISTED,
     Membership,
@@ -40,6 +42,7 @@ RESOLVERS: dict[type, FormatResolver] = {
     BnbRules: resolve_bnb,
     GptqRules: resolve_gptq,
     AwqRules: resolve_awq,
+    Mxfp4Rules: resolve_mxfp4,
 }
 
 

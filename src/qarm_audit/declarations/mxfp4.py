@@ -1,0 +1,81 @@
+"""gpt-oss native MXFP4 declarations: ``quant_method: mxfp4``, as transformers' ``Mxfp4Config``
+writes them (openai/gpt-oss-20b and gpt-oss-120b) and vLLM's ``Mxfp4Config`` reads them.
+
+transformers writes two keys only, ``quant_method`` and ``modules_to_not_convert``
+(``Mxfp4Config.to_dict``; ``dequantize`` is a load-time attribute, never serialized:
+``huggingface/transformers src/transformers/utils/quantization_config.py@v5.24.0``). vLLM reads
+none of them: ``Mxfp4Config.from_config`` is ``return cls()``, so ``modules_to_not_convert`` is
+kept as written, for the report, and decides nothing on the engine
+(``vllm-project/vllm vllm/model_executor/layers/quantization/mxfp4.py@v0.33.0``, the same in
+0.30.0-0.32.0). Block size 32 and E8M0 scales are implied by the method.
+
+Which config class vLLM builds depends on config.json's ``model_type``:
+``GptOssMxfp4Config.override_quantization_method`` claims a ``quant_method`` of ``mxfp4`` only
+where ``model_type`` is ``gpt_oss`` (the method is then ``gpt_oss_mxfp4`` and the MoE layer
+``GptOssMxfp4MoEMethod``); any other model type stays ``mxfp4`` (``Mxfp4MoEMethod``). The
+scheme's ``algo`` is that method name, which the engine profile's rules test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .schemes import Scheme
+
+BLOCK = 32
+"""Weights per E8M0 scale (``OCP_MX_BLOCK_SIZE``); two E2M1 values a byte, 16 bytes a block."""
+GPT_OSS = "gpt_oss"
+GPT_OSS_METHOD = "gpt_oss_mxfp4"
+METHOD = "mxfp4"
+
+
+class Mxfp4Config(BaseModel):
+    """The ``quantization_config`` block of a gpt-oss MXFP4 checkpoint."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    quant_method: str
+    modules_to_not_convert: list[str] | None = None
+    """transformers' skip list (regex, prefix or suffix per entry); vLLM never reads it."""
+
+
+def method_for(model_type: str) -> str:
+    """vLLM's quantization method for a ``quant_method: mxfp4`` checkpoint of this model type."""
+    return GPT_OSS_METHOD if model_type == GPT_OSS else METHOD
+
+
+SIZES = ("num_local_experts", "hidden_size", "intermediate_size")
+
+
+def moe_dims(config: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(E, H, I) from the config (its ``text_config`` where the top level lacks them)."""
+    text = config.get("text_config")
+    values = []
+    for key in SIZES:
+        value = config.get(key)
+        if value is None and isinstance(text, dict):
+            value = text.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return None
+        values.append(value)
+    return values[0], values[1], values[2]
+
+
+def to_scheme(model_type: str, dims: tuple[int, int, int] | None = None) -> Scheme:
+    """The one scheme of the routed experts: 4-bit E2M1 weights, one E8M0 scale per 32, BF16
+    activations (``get_supported_act_dtypes`` is ``[torch.bfloat16]``)."""
+    return Scheme(
+        name="MXFP4",
+        producer="mxfp4",
+        family="gpt-oss-mxfp4",
+        weight_bits=4,
+        weight_type="float",
+        weight_strategy="group",
+        group_size=BLOCK,
+        algo=method_for(model_type),
+        scale_format="e8m0",
+        moe_dims=dims,
+    )
