@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
-from .gptq import BITS
+from .gptq import GroupSize, PackedBits
 from .schemes import Scheme
 
 
@@ -28,8 +28,8 @@ class AwqConfig(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     quant_method: str
-    bits: StrictInt
-    group_size: StrictInt
+    bits: PackedBits
+    group_size: GroupSize
     zero_point: StrictBool
     lm_head: StrictBool = False
     modules_to_not_convert: list[str] | None = None
@@ -55,20 +55,6 @@ class AwqConfig(BaseModel):
                 if first in data:
                     data[second] = data.pop(first)
         return data
-
-    @field_validator("bits")
-    @classmethod
-    def _bits(cls, value: int) -> int:
-        if value not in BITS:
-            raise ValueError(f"Only support quantization to [2,3,4,8] bits but found {value}")
-        return value
-
-    @field_validator("group_size")
-    @classmethod
-    def _group_size(cls, value: int) -> int:
-        if value != -1 and value <= 0:
-            raise ValueError("group_size must be greater than 0 or equal to -1")
-        return value
 
     @property
     def not_convert(self) -> tuple[str, ...] | None:

@@ -18,14 +18,33 @@ pattern that ``re.match``-es the engine's layer name decides (vLLM ``get_dynamic
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictInt, field_validator
 
 from .schemes import Scheme
 
 BITS = (2, 3, 4, 8)
-"""What transformers' ``GPTQConfig.post_init`` accepts."""
+"""What transformers' ``GPTQConfig.post_init`` (and ``AwqConfig``'s) accepts."""
+
+
+def checked_bits(value: int) -> int:
+    if value not in BITS:
+        raise ValueError(f"Only support quantization to [2,3,4,8] bits but found {value}")
+    return value
+
+
+def checked_group_size(value: int) -> int:
+    if value != -1 and value <= 0:
+        raise ValueError("group_size must be greater than 0 or equal to -1")
+    return value
+
+
+PackedBits = Annotated[StrictInt, AfterValidator(checked_bits)]
+"""``bits`` of a GPTQ or AWQ declaration."""
+GroupSize = Annotated[StrictInt, AfterValidator(checked_group_size)]
+"""``group_size`` of a GPTQ or AWQ declaration: -1 (one group per channel) or positive."""
+_OVERRIDE_CHECKS = {"bits": checked_bits, "group_size": checked_group_size}
 
 
 class GptqConfig(BaseModel):
@@ -35,8 +54,8 @@ class GptqConfig(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, protected_namespaces=())
 
     quant_method: str
-    bits: StrictInt
-    group_size: StrictInt
+    bits: PackedBits
+    group_size: GroupSize
     desc_act: StrictBool
     sym: StrictBool
     lm_head: StrictBool = False
@@ -58,20 +77,6 @@ class GptqConfig(BaseModel):
     model_file_base_name: str | None = None
     is_marlin_format: StrictBool | None = None
 
-    @field_validator("bits")
-    @classmethod
-    def _bits(cls, value: int) -> int:
-        if value not in BITS:
-            raise ValueError(f"Only support quantization to [2,3,4,8] bits but found {value}")
-        return value
-
-    @field_validator("group_size")
-    @classmethod
-    def _group_size(cls, value: int) -> int:
-        if value != -1 and value <= 0:
-            raise ValueError("group_size must be greater than 0 or equal to -1")
-        return value
-
     @field_validator("dynamic")
     @classmethod
     def _dynamic(cls, value: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
@@ -82,15 +87,12 @@ class GptqConfig(BaseModel):
                     raise ValueError(f"dynamic {pattern!r}: {key} is {override!r}, not a number")
                 if key in ("desc_act", "sym") and not isinstance(override, bool):
                     raise ValueError(f"dynamic {pattern!r}: {key} is {override!r}, not a bool")
-                if key == "group_size" and override != -1 and override <= 0:
-                    raise ValueError(
-                        f"dynamic {pattern!r}: group_size must be greater than 0 or equal to -1"
-                    )
-                if key in ("bits",) and override not in BITS:
-                    raise ValueError(
-                        f"dynamic {pattern!r}: Only support quantization to [2,3,4,8] bits "
-                        f"but found {override}"
-                    )
+                check = _OVERRIDE_CHECKS.get(key)
+                try:
+                    if check is not None:
+                        check(override)
+                except ValueError as exc:
+                    raise ValueError(f"dynamic {pattern!r}: {exc}") from None
         return value
 
     @property
