@@ -830,6 +830,12 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("ct-mxfp4-experts-unknown", "engines/profiles/vllm.toml",
      'declared_family = ["mxfp4"]\nmodule_contains = [".experts."]',
      'declared_family = ["none"]\nmodule_contains = [".experts."]'),
+    ("mxfp4-config-sizes-unread", "declarations/__init__.py",
+     "        findings=(*_unknown_keys(parsed, candidate.where), *([unread] if unread else [])),",
+     "        findings=tuple(_unknown_keys(parsed, candidate.where)),"),
+    ("mxfp4-config-size-positive", "declarations/mxfp4.py",
+     "    return isinstance(value, int) and not isinstance(value, bool) and value > 0",
+     "    return isinstance(value, int) and not isinstance(value, bool)"),
 ]
 # fmt: on
 

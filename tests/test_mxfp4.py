@@ -247,6 +247,25 @@ def test_shapes_checked_against_each_other_without_config_sizes(tmp_path: Path) 
     assert refusals(folder) == {"operand-shape": {EXPERTS}}
 
 
+@pytest.mark.parametrize(
+    ("sizes", "said"),
+    [
+        ({"hidden_size": "64"}, "hidden_size is '64'"),
+        ({"hidden_size": -4}, "hidden_size is -4"),
+        ({"intermediate_size": True}, "intermediate_size is True"),
+        ({"num_local_experts": None}, "num_local_experts missing"),
+        ({"hidden_size": [1] * 100}, "hidden_size is [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ..."),
+    ],
+)
+def test_unusable_config_sizes_warn_that_their_check_did_not_run(
+    tmp_path: Path, sizes: dict[str, Any], said: str
+) -> None:
+    report = audit(str(checkpoint(tmp_path, **sizes)), engine="vllm", gpu="sm90")
+    assert report.verdict == "warnings" and report.refusals == []
+    (warning,) = report.warnings
+    assert warning.code == "config-sizes-unread" and said in warning.message
+
+
 def test_scales_not_u8_refused(tmp_path: Path) -> None:
     def edit(t: Tensors) -> None:
         t[f"{EXPERTS}.down_proj_scales"] = zeros("BF16", (E, H, INTER // 32))

@@ -94,6 +94,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "weight files qarm does not read sit beside the shards it read",
     ),
+    "config-sizes-unread": (
+        Severity.WARNING,
+        "config.json gives no usable model size a shape check needs; that check did not run",
+    ),
     "operand-unexpected": (
         Severity.REFUSAL,
         "a module declared quantized ships a tensor its scheme's producer does not write",

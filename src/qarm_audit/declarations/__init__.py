@@ -493,6 +493,7 @@ def _mxfp4_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> De
     model_type = candidate.config.get("model_type")
     model_type = model_type if isinstance(model_type, str) else ""
     scheme = mxfp4.to_scheme(model_type, mxfp4.moe_dims(candidate.config))
+    unread = mxfp4.sizes_unread(candidate.config, candidate.where)
     written = parsed.modules_to_not_convert
     rules = Mxfp4Rules(
         scheme=scheme,
@@ -506,7 +507,7 @@ def _mxfp4_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> De
         algo="mxfp4",
         schemes={scheme.name: scheme},
         mxfp4=rules,
-        findings=tuple(_unknown_keys(parsed, candidate.where)),
+        findings=(*_unknown_keys(parsed, candidate.where), *([unread] if unread else [])),
         considered=considered,
     )
 

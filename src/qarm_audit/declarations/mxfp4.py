@@ -19,10 +19,11 @@ scheme's ``algo`` is that method name, which the engine profile's rules test.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from ..findings import Finding, finding
 from .schemes import Scheme
 
 BLOCK = 32
@@ -50,18 +51,51 @@ def method_for(model_type: str) -> str:
 SIZES = ("num_local_experts", "hidden_size", "intermediate_size")
 
 
-def moe_dims(config: Mapping[str, Any]) -> tuple[int, int, int] | None:
-    """(E, H, I) from the config (its ``text_config`` where the top level lacks them)."""
+def _sizes(config: Mapping[str, Any]) -> dict[str, object]:
+    """Each of :data:`SIZES` as config.json gives it (its ``text_config`` where the top level
+    lacks it); None where neither does."""
     text = config.get("text_config")
-    values = []
+    out: dict[str, object] = {}
     for key in SIZES:
         value = config.get(key)
         if value is None and isinstance(text, dict):
             value = text.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            return None
-        values.append(value)
-    return values[0], values[1], values[2]
+        out[key] = value
+    return out
+
+
+def _usable(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def moe_dims(config: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(E, H, I) from the config, or None where any of them is missing or no positive count."""
+    values = list(_sizes(config).values())
+    if not all(map(_usable, values)):
+        return None
+    return cast(tuple[int, int, int], tuple(values))
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def sizes_unread(config: Mapping[str, Any], where: str) -> Finding | None:
+    """The warning that the experts' shapes could not be checked against config.json."""
+    bad = {key: value for key, value in _sizes(config).items() if not _usable(value)}
+    if not bad:
+        return None
+    given = ", ".join(
+        f"{key} {'missing' if value is None else 'is ' + _shown(value)}"
+        for key, value in bad.items()
+    )
+    return finding(
+        "config-sizes-unread",
+        f"{where}: config.json gives no usable expert sizes ({given}): the routed experts' "
+        "MXFP4 blocks, scales and biases were checked against each other only, not against "
+        "the model the engine builds from config.json",
+    )
 
 
 def to_scheme(model_type: str, dims: tuple[int, int, int] | None = None) -> Scheme:
