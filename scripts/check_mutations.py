@@ -836,6 +836,18 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("mxfp4-config-size-positive", "declarations/mxfp4.py",
      "    return isinstance(value, int) and not isinstance(value, bool) and value > 0",
      "    return isinstance(value, int) and not isinstance(value, bool)"),
+    ("ct-mxfp4-contract", "check/crosscheck.py",
+     '    if scheme.family == "mxfp4":\n        # MXFP4PackedCompressor',
+     '    if False:\n        # MXFP4PackedCompressor'),
+    ("ct-mxfp4-zero-point-asymmetric-only", "check/crosscheck.py",
+     "        if not scheme.weight_symmetric:\n            written.append",
+     "        if True:\n            written.append"),
+    ("ct-mxfp4-input-global-scale-static-only", "check/crosscheck.py",
+     "        if static:\n            written.append",
+     "        if True:\n            written.append"),
+    ("modelopt-mxfp4-contract", "check/crosscheck.py",
+     '        if scheme.family == "mxfp4":\n            # MXFP4QTensor',
+     '        if False:\n            # MXFP4QTensor'),
 ]
 # fmt: on
 

@@ -9,12 +9,16 @@ vllm/model_executor/kernels/linear/__init__.py ``_POSSIBLE_MXFP4_KERNELS``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import REPO
 from qarm_audit import audit
+from test_producers import Tensors, plant, zeros
 
 CORPUS = REPO / "fixtures" / "producers"
+DOWN = "model.layers.0.mlp.down_proj"  # weight_packed [128, 128]: in = 256, 8 scales a row
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 
 
@@ -67,3 +71,37 @@ def test_routed_experts_arm_is_unknown_not_guessed() -> None:
     report = audit(str(CORPUS / "llmcompressor-moe-mxfp4a16"), engine="vllm==0.33.0", gpu="sm90")
     by_arm = {(a.declared, a.executed): a.modules for a in report.arms}
     assert by_arm == {("W4A16-MXFP4", "W4A16-MXFP4"): 8, ("W4A16-MXFP4", "unknown"): 24}
+
+
+@pytest.mark.parametrize(
+    ("edit", "code"),
+    [
+        ({f"{DOWN}.weight_scale": zeros("U8", (128, 16))}, "operand-shape"),  # groups of 16
+        ({f"{DOWN}.weight_scale": zeros("F8_E8M0", (128, 8))}, "operand-dtype"),  # cast on load
+        ({f"{DOWN}.weight_global_scale": zeros("F32", (1,))}, "operand-unexpected"),  # NVFP4's
+        ({f"{DOWN}.weight_zero_point": zeros("U8", (128, 8))}, "operand-unexpected"),  # symmetric
+        ({f"{DOWN}.input_global_scale": zeros("F32", (1,))}, "operand-unexpected"),  # dynamic
+    ],
+)
+def test_what_the_compressor_does_not_write_is_refused(
+    tmp_path: Path, edit: Tensors, code: str
+) -> None:
+    folder = plant(tmp_path, "llmcompressor-mxfp4", lambda t: t.update(edit))
+    report = audit(str(folder), engine="vllm==0.33.0", gpu="sm100")
+    assert {(r.code, r.module) for r in report.refusals} == {(code, DOWN)}
+
+
+def test_modelopt_mxfp4_operands_are_checked_too() -> None:
+    """ModelOpt's MXFP4 (vLLM refuses the algorithm: no-arm) is checked against what
+    ``MXFP4QTensor`` writes, so a stray is named beside the engine's refusal."""
+    report = audit(str(CORPUS / "modelopt-mxfp4"), engine="vllm==0.33.0", gpu="sm100")
+    assert {r.code for r in report.refusals} == {"no-arm"}
+
+
+def test_modelopt_mxfp4_stray_is_refused(tmp_path: Path) -> None:
+    folder = plant(
+        tmp_path, "modelopt-mxfp4", lambda t: t.update({f"{DOWN}.weight_scale_2": zeros("F32", ())})
+    )
+    report = audit(str(folder), engine="vllm==0.33.0", gpu="sm100")
+    assert {r.code for r in report.refusals} == {"no-arm", "operand-unexpected"}
+    assert {r.module for r in report.refusals if r.code == "operand-unexpected"} == {DOWN}

@@ -412,7 +412,23 @@ CONTRACTS: dict[str, tuple[Scheme, list[Operand] | None]] = {
             op("input_scale", FLOAT, "any", required=False),
         ],
     ),
-    "ct-mxfp4": (scheme(CT, "mxfp4", "group", bits=4), None),
+    "ct-mxfp4": (
+        scheme(CT, "mxfp4", "group", bits=4, group=32),
+        [op("weight_packed", U8, "out,in/2"), op("weight_scale", U8, "out,in/g")],
+    ),
+    "ct-mxfp4-asymmetric-static": (
+        scheme(CT, "mxfp4", "group", 4, False, "tensor", symmetric=False, bits=4, group=32),
+        [
+            op("weight_packed", U8, "out,in/2"),
+            op("weight_scale", U8, "out,in/g"),
+            op("weight_zero_point", None, "any"),
+            op("input_global_scale", frozenset({"F32"}), "[]"),
+        ],
+    ),
+    "mo-mxfp4": (
+        scheme(MO, "mxfp4", "group", bits=4, group=32),
+        [op(W, U8, "out,in/2"), op("weight_scale", U8, "out,in/g")],
+    ),
     "ct-unknown": (scheme(CT, "unknown"), None),
 }
 

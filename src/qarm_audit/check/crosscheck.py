@@ -72,6 +72,12 @@ def contract(scheme: Scheme) -> list[Operand] | None:
                 Operand("weight", FP8_DTYPES, "out,in"),
                 Operand("weight_scale", E8M0, "out,in/g"),
             ]
+        if scheme.family == "mxfp4":
+            # MXFP4QTensor: two E2M1 values per byte along in, one E8M0 byte per 32
+            return [
+                Operand("weight", U8, "out,in/2"),
+                Operand("weight_scale", U8, "out,in/g"),
+            ]
         return None
     if scheme.family == "fp8":
         shape = {"tensor": "[]", "channel": "out,1", "group": "out,in/g"}.get(
@@ -94,6 +100,19 @@ def contract(scheme: Scheme) -> list[Operand] | None:
             Operand("weight_global_scale", F32, "[]"),
             Operand("input_global_scale", F32, "[]", required=static),
         ]
+    if scheme.family == "mxfp4":
+        # MXFP4PackedCompressor: NVFP4's packing with E8M0 uint8 scales per 32 and no global
+        # scale; vLLM's CompressedTensorsW4A4Mxfp4 allocates both as uint8 (an F8_E8M0 scale
+        # would be cast by value on load)
+        written = [
+            Operand("weight_packed", U8, "out,in/2"),
+            Operand("weight_scale", U8, "out,in/g"),
+        ]
+        if not scheme.weight_symmetric:
+            written.append(Operand("weight_zero_point", None, "any"))
+        if static:
+            written.append(Operand("input_global_scale", F32, "[]"))
+        return written  # what the compressor does not write is unexpected, not optional
     if scheme.family == "int" and scheme.format == "pack-quantized":
         return [
             Operand("weight_packed", frozenset({"I32"}), "any"),
