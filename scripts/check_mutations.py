@@ -848,6 +848,12 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("modelopt-mxfp4-contract", "check/crosscheck.py",
      '        if scheme.family == "mxfp4":\n            # MXFP4QTensor',
      '        if False:\n            # MXFP4QTensor'),
+    ("operands-unchecked-warned", "commands/audit.py",
+     "    findings.extend(uncontracted(declaration, alike))\n",
+     ""),
+    ("ct-mxfp8-contract", "check/crosscheck.py",
+     '    if scheme.family == "mxfp8":\n        # CompressedTensorsW8A8Mxfp8',
+     '    if False:\n        # CompressedTensorsW8A8Mxfp8'),
 ]
 # fmt: on
 

@@ -32,6 +32,7 @@ NO_ARM_IN_NAME_PROBE = {
     "llmcompressor-mxfp4",
     "llmcompressor-mxfp4a16",
     "llmcompressor-moe-mxfp4a16",
+    "llmcompressor-mxfp8",
     "llmcompressor-w4a16",
     "llmcompressor-w4a16-asym",
     "llmcompressor-w8a8-int8",

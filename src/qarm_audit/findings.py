@@ -94,6 +94,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "weight files qarm does not read sit beside the shards it read",
     ),
+    "operands-unchecked": (
+        Severity.WARNING,
+        "a declared scheme has modules and qarm knows no operand contract for it",
+    ),
     "config-sizes-unread": (
         Severity.WARNING,
         "config.json gives no usable model size a shape check needs; that check did not run",

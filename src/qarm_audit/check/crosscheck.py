@@ -93,6 +93,13 @@ def contract(scheme: Scheme) -> list[Operand] | None:
                 required=static,
             ),
         ]
+    if scheme.family == "mxfp8":
+        # CompressedTensorsW8A8Mxfp8: FP8 weights, one E8M0 uint8 scale per 32
+        return [
+            Operand("weight", FP8_DTYPES, "out,in"),
+            Operand("weight_scale", U8, "out,in/g"),
+            *([Operand("input_scale", FLOAT, "any")] if static else []),
+        ]
     if scheme.family == "nvfp4":
         return [
             Operand("weight_packed", frozenset({"U8"}), "out,in/2"),
@@ -446,6 +453,27 @@ def _strays(info: ModuleInfo, scheme: Scheme, spec: list[Operand]) -> list[Findi
             )
         )
     return out
+
+
+def uncontracted(declaration: Declaration, alike: Sequence[Alike]) -> list[Finding]:
+    """A warning per declared scheme with modules and no operand contract: their tensors were
+    checked for spelling only, never for strays, dtypes or shapes, so the audit cannot say
+    clean for them."""
+    modules: dict[str, int] = {}
+    for group in alike:
+        membership = group.membership
+        scheme = declaration.schemes.get(membership.bucket)
+        if membership.declared_quantized and scheme is not None and contract(scheme) is None:
+            modules[membership.bucket] = modules.get(membership.bucket, 0) + len(group.members)
+    return [
+        finding(
+            "operands-unchecked",
+            f"{name} ({declaration.schemes[name].declared_arm}): qarm knows no operand contract "
+            f"for this scheme, so the tensors of its {count} module{'s' * (count != 1)} were not "
+            "checked against what its producer writes (strays, dtypes, shapes)",
+        )
+        for name, count in sorted(modules.items())
+    ]
 
 
 def check_all(

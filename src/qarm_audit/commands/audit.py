@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
 from ..check.blocks import block_refusals
-from ..check.crosscheck import check_all
+from ..check.crosscheck import check_all, uncontracted
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
@@ -168,6 +168,7 @@ def _audit(
     alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
     spellings, refusals = check_all(declaration, modules, memberships, alike)
     findings.extend(refusals)
+    findings.extend(uncontracted(declaration, alike))
     findings.extend(block_refusals(declaration, modules, memberships))
     if checkpoint.has_weights:
         findings.extend(

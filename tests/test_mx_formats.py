@@ -1,11 +1,15 @@
-"""compressed-tensors MXFP4 (``mxfp4-pack-quantized``: weights fp4 in groups of 32 with E8M0
-``uint8`` scales, no global scale), written by llm-compressor 0.14.0.1 on the CPU
-(``fixtures/producers/llmcompressor-mxfp4``, ``-mxfp4a16``, ``-moe-mxfp4a16``), against vLLM
-0.30-0.33: every MXFP4 Linear is ``CompressedTensorsW4A4Mxfp4`` (min capability 80), which asks
+"""MX formats written by the real producers on the CPU, against vLLM 0.30-0.33.
+
+compressed-tensors MXFP4 (``mxfp4-pack-quantized``: weights fp4 in groups of 32 with E8M0
+``uint8`` scales, no global scale), written by llm-compressor 0.14.0.1
+(``fixtures/producers/llmcompressor-mxfp4``, ``-mxfp4a16``, ``-moe-mxfp4a16``): every MXFP4
+Linear is ``CompressedTensorsW4A4Mxfp4`` (min capability 80), which asks
 ``init_mxfp4_linear_kernel`` for MXFP4 dynamic activations whatever was declared; FlashInfer's
 W4A4 kernel takes them on sm100+, Marlin (weight-only) below
 (vllm/model_executor/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_mxfp4.py,
-vllm/model_executor/kernels/linear/__init__.py ``_POSSIBLE_MXFP4_KERNELS``)."""
+vllm/model_executor/kernels/linear/__init__.py ``_POSSIBLE_MXFP4_KERNELS``). Their operands,
+and compressed-tensors MXFP8's (``llmcompressor-mxfp8``) and ModelOpt MXFP4's, are checked
+against what each producer writes; a scheme qarm has no operand contract for is never clean."""
 
 from __future__ import annotations
 
@@ -105,3 +109,25 @@ def test_modelopt_mxfp4_stray_is_refused(tmp_path: Path) -> None:
     report = audit(str(folder), engine="vllm==0.33.0", gpu="sm100")
     assert {r.code for r in report.refusals} == {"no-arm", "operand-unexpected"}
     assert {r.module for r in report.refusals if r.code == "operand-unexpected"} == {DOWN}
+
+
+def test_compressed_tensors_mxfp8_operands_are_checked(tmp_path: Path) -> None:
+    """llm-compressor's MXFP8 (``mxfp8-quantized``): an F8_E4M3 weight and one U8 E8M0 scale
+    per 32, as vLLM's CompressedTensorsW8A8Mxfp8 loads them."""
+    sound = audit(str(CORPUS / "llmcompressor-mxfp8"), engine="vllm==0.33.0", gpu="sm100")
+    assert sound.verdict == "clean"
+    for edit, code in [
+        ({f"{DOWN}.weight_scale": zeros("U8", (128, 16))}, "operand-shape"),
+        ({f"{DOWN}.weight_global_scale": zeros("F32", (1,))}, "operand-unexpected"),
+    ]:
+        folder = plant(tmp_path / code, "llmcompressor-mxfp8", lambda t, e=edit: t.update(e))
+        report = audit(str(folder), engine="vllm==0.33.0", gpu="sm100")
+        assert {(r.code, r.module) for r in report.refusals} == {(code, DOWN)}
+
+
+def test_a_scheme_without_an_operand_contract_is_never_clean() -> None:
+    """ModelOpt INT4-AWQ has no operand contract in qarm: its modules' tensors are not checked,
+    and the report says so beside whatever else it finds."""
+    report = audit(str(CORPUS / "modelopt-int4-awq"), engine="vllm==0.33.0", gpu="sm90")
+    (warning,) = [w for w in report.warnings if w.code == "operands-unchecked"]
+    assert "W4A16_AWQ (W4A16-INT-AWQ)" in warning.message and "14 modules" in warning.message
