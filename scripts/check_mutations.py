@@ -817,7 +817,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("debug-keeps-exit-3", "cli.py",
      "            print_traceback(exc)\n            hint = (",
      '            if os.environ.get("QARM_DEBUG") == "1":\n                raise\n            hint = ('),
-    # compressed-tensors MXFP4 on vLLM (tests/test_compressed_tensors_mxfp4.py)
+    # MX formats on vLLM (tests/test_mx_formats.py)
     ("ct-mxfp4-min-capability", "engines/profiles/vllm.toml",
      'gpu_max = 79\narm = "none"\nreason = "CompressedTensorsW4A4Mxfp4 needs',
      'gpu_max = 0\narm = "none"\nreason = "CompressedTensorsW4A4Mxfp4 needs'),
