@@ -380,8 +380,8 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      '        dtypes = F32 | {"F8_E8M0"} if scheme.scale_format == "ue8m0" else F32',
      '        dtypes = F32 | {"F8_E8M0"}'),
     ("declaration-error-by-strategy", "engines/refusals.py",
-     "        (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)",
-     "        True"),
+     "        and (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)",
+     "        and True"),
     ("trace-fp8-experts", "commands/explain_fp8.py",
      '        entry = next((e for e in rules.ignored if "experts" in e and engine in e), None)',
      '        entry = None'),
@@ -854,6 +854,12 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("ct-mxfp8-contract", "check/crosscheck.py",
      '    if scheme.family == "mxfp8":\n        # CompressedTensorsW8A8Mxfp8',
      '    if False:\n        # CompressedTensorsW8A8Mxfp8'),
+    ("ct-mxfp4-asymmetric-refused", "engines/profiles/vllm.toml",
+     'declared_family = ["mxfp4"]\ndeclared_symmetric = false',
+     'declared_family = ["mxfp4"]\ndeclared_symmetric = true'),
+    ("declaration-error-family-condition", "engines/refusals.py",
+     "        (error.declared_family is None or scheme.family in error.declared_family)\n",
+     "        (True)\n"),
 ]
 # fmt: on
 

@@ -131,3 +131,22 @@ def test_a_scheme_without_an_operand_contract_is_never_clean() -> None:
     report = audit(str(CORPUS / "modelopt-int4-awq"), engine="vllm==0.33.0", gpu="sm90")
     (warning,) = [w for w in report.warnings if w.code == "operands-unchecked"]
     assert "W4A16_AWQ (W4A16-INT-AWQ)" in warning.message and "14 modules" in warning.message
+
+
+def test_asymmetric_mxfp4_is_refused_by_vllm(tmp_path: Path) -> None:
+    """vLLM's _is_mxfp4 (and _is_nvfp4_format) require symmetric weights, and no other scheme
+    takes 4-bit float weights: get_scheme raises as it builds the first layer."""
+    import json
+    import shutil
+
+    folder = tmp_path / "asym"
+    shutil.copytree(CORPUS / "llmcompressor-mxfp4", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"]["symmetric"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    report = audit(str(folder), engine="vllm==0.33.0", gpu="sm100")
+    refused = [r for r in report.refusals if r.code == "engine-refuses-declaration"]
+    assert refused and "No compressed-tensors compatible scheme was found" in refused[0].message
+    for other in ("llmcompressor-mxfp4", "llmcompressor-w4a16-asym"):  # symmetric; not MXFP4
+        sound = audit(str(CORPUS / other), engine="vllm==0.33.0", gpu="sm100")
+        assert "engine-refuses-declaration" not in {r.code for r in sound.refusals}, other

@@ -174,6 +174,8 @@ class DeclarationError(BaseModel):
     producer: list[str] | None = None
     sparsity: bool | None = None
     """Holds when the declaration has (True) or has not (False) sparsity targets."""
+    declared_family: list[str] | None = None
+    """Holds when a declared scheme's family is one of these (``mxfp4``, ...)."""
     declared_strategy: list[str] | None = None
     """Holds when a declared scheme's weight strategy is one of these (``block``, ...)."""
     static_activations: bool | None = None

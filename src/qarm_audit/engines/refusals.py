@@ -16,7 +16,8 @@ from .profile import DeclarationError, LayerError, Profile
 def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
     group = scheme.group_size if scheme.group_size is not None else -1
     return (
-        (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)
+        (error.declared_family is None or scheme.family in error.declared_family)
+        and (error.declared_strategy is None or scheme.weight_strategy in error.declared_strategy)
         and (
             error.static_activations is None
             or error.static_activations == scheme.static_activations
@@ -38,6 +39,7 @@ def _holding(error: DeclarationError, declaration: Declaration) -> Scheme | bool
     if error.sparsity is not None and error.sparsity != bool(declaration.sparsity_targets):
         return False
     per_scheme = (
+        error.declared_family,
         error.declared_strategy,
         error.static_activations,
         error.declared_bits_not,
