@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from ..declarations import AwqRules
 from ..layers import LayerTree
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo
-from .packed import FLOAT_DTYPES, LINEAR_KINDS, ListResolver, layer_class
+from .packed import LINEAR_KINDS, ListResolver, by_shipped_dtypes, layer_class
 from .resolver import EXCLUDED, Membership, Resolution, layer_override
 
 FROM_CHECKPOINT = "modules_to_not_convert (from the checkpoint's dtypes)"
@@ -33,13 +33,7 @@ class AwqResolver(ListResolver):
             self.entries: tuple[str, ...] = rules.not_convert
             self.key = "modules_to_not_convert"
         else:
-            self.entries = tuple(
-                sorted(
-                    name
-                    for name, info in modules.items()
-                    if all(e.dtype in FLOAT_DTYPES for e in info.operands.values())
-                )
-            )
+            self.entries = by_shipped_dtypes(modules, quantized=False)
             self.key = FROM_CHECKPOINT
 
     def _group(self, engine_name: str, info: ModuleInfo) -> Membership | None:

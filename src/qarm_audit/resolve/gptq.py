@@ -24,7 +24,7 @@ from ..declarations import GptqRules
 from ..layers import LayerTree
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo
 from .matchers import FirstMatch
-from .packed import FLOAT_DTYPES, LINEAR_KINDS, ListResolver, layer_class
+from .packed import LINEAR_KINDS, ListResolver, by_shipped_dtypes, layer_class
 from .regex_module import regex_module_form
 from .resolver import EXCLUDED, Membership, Resolution, layer_override
 
@@ -40,13 +40,7 @@ class GptqResolver(ListResolver):
             self.listed: tuple[str, ...] = rules.quantize_list
             self.key = "modules_in_block_to_quantize"
         else:
-            self.listed = tuple(
-                sorted(
-                    name
-                    for name, info in modules.items()
-                    if any(e.dtype not in FLOAT_DTYPES for e in info.operands.values())
-                )
-            )
+            self.listed = by_shipped_dtypes(modules, quantized=True)
             self.key = FROM_CHECKPOINT
 
     def _dynamic(self, engine_name: str) -> tuple[str, str | None] | None:

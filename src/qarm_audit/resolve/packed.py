@@ -17,6 +17,18 @@ FLOAT_DTYPES = frozenset({"F16", "BF16", "F32"})
 """``maybe_update_config``'s ``unquant_dtypes``: a module shipping only these is not quantized."""
 
 
+def by_shipped_dtypes(modules: Mapping[str, ModuleInfo], *, quantized: bool) -> tuple[str, ...]:
+    """Module names, sorted, that ship a tensor of no float dtype (``quantized``) or only float
+    tensors: the list vLLM takes from the checkpoint where the declaration gives none."""
+    return tuple(
+        sorted(
+            name
+            for name, info in modules.items()
+            if quantized != all(e.dtype in FLOAT_DTYPES for e in info.operands.values())
+        )
+    )
+
+
 class ListResolver:
     """One decision per engine layer (:meth:`_group`), else each module as unquantized."""
 
