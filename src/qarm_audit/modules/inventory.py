@@ -103,9 +103,11 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     entries = list(tensors)
     # a name that splits as another does is found (and named) by the slower loop
     table: dict[str, dict[str, TensorEntry]] = defaultdict(dict)
+    # one string per distinct operand name, not one per tensor (see header.py's dtypes)
+    spelled: dict[str, str] = {}
     for entry in entries:
         module, _, operand = entry[0].rpartition(".")
-        table[module][operand] = entry
+        table[module][spelled.setdefault(operand, operand)] = entry
     if sum(map(len, table.values())) != len(entries):
         table = _table_naming_the_clash(entries)
     # once per module, not per tensor: most checkpoints have no module so named
@@ -113,11 +115,15 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     if dotted:
         _join_dotted_operands(table, dotted)
     modules: dict[str, ModuleInfo] = {}
-    layouts: dict[Layout, int] = {}
+    layouts: dict[tuple[object, ...], int] = {}
     # A module's kind depends on its name only through its leaf and ".experts"
     kinds: dict[tuple[int, str, bool], str] = {}
     for module, operands in table.items():
-        layout = layouts.setdefault(layout_of(operands), len(layouts) + 1)
+        # flat: one tuple to build and hash per module (operand names, then (dtype, shape)s)
+        flat = (*operands, *map(_DTYPE_SHAPE, operands.values()))
+        layout = layouts.get(flat)
+        if layout is None:
+            layout = layouts[flat] = len(layouts) + 1
         key = (layout, module.rpartition(".")[2], ".experts" in module)
         kind = kinds.get(key)
         if kind is None:

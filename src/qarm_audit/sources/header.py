@@ -379,6 +379,7 @@ container, so its end is the first ``}`` (strings hold no brace: the text has no
 the match starts at the text's first quote)."""
 _ENTRY_DTYPE, _ENTRY_SHAPE = attrgetter("dtype"), attrgetter("shape")
 _ENTRY_OFFSETS = attrgetter("data_offsets")
+_DTYPE_NAMES = {dtype: dtype for dtype in DTYPE_BITS}
 
 
 def _parse_fast(raw: bytes) -> Parsed | None:
@@ -431,9 +432,12 @@ def _parse_fast(raw: bytes) -> Parsed | None:
     if raw.count(b":") != colons:
         return None
     offsets = list(chain.from_iterable(map(_ENTRY_OFFSETS, values)))
-    fields = zip(
-        document, dtypes, map(_ENTRY_SHAPE, values), offsets[0::2], offsets[1::2], strict=True
-    )
+    # one object per distinct dtype and shape, not one per tensor: a million entries hold
+    # a few dozen of each, and memory first touched costs time of its own
+    shapes = list(map(_ENTRY_SHAPE, values))
+    shapes = list(map({}.setdefault, shapes, shapes))
+    dtypes = list(map(_DTYPE_NAMES.get, dtypes, dtypes))
+    fields = zip(document, dtypes, shapes, offsets[0::2], offsets[1::2], strict=True)
     entries = list(map(tuple.__new__, repeat(TensorEntry), fields))
     return metadata, entries
 
