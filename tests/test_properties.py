@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import re
 import struct
 
 from hypothesis import HealthCheck, given, settings
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import QarmError
-from qarm_audit.modules.inventory import build_inventory
+from qarm_audit.modules.inventory import build_inventory, experts_layer
 from qarm_audit.resolve import resolve
 from qarm_audit.sources import header as header_module
 from qarm_audit.sources.checkpoint import Checkpoint, Origin, TensorEntry
@@ -287,3 +289,25 @@ def test_a_layout_is_returned_in_data_order_ties_by_name() -> None:
     shuffled = [given[2], given[1], given[0]]
     ordered = header_module.validate_layout(shuffled, data_length=4, where="x")
     assert [e.name for e in ordered] == ["a", "z", "w"]
+
+
+_EXPERT_REGEX = re.compile(r"^(?P<experts>.*\.experts)\.\d+\.[^.]+$")
+_PIECES = ["", "a", "experts", "a.b", "x\ny", "\n", ".", "q.experts.z"]
+_MIDDLES = [".experts.", "experts.", ".experts.x.", ".Experts."]
+_NUMBERS = ["7", "12", "", "\u0663", "\u00b2", "1a", "\n"]
+
+
+def test_the_experts_layer_is_what_the_regex_takes_from_the_name() -> None:
+    names = [
+        f"{head}{middle}{number}.{leaf}"
+        for head, middle, number, leaf in itertools.product(_PIECES, _MIDDLES, _NUMBERS, _PIECES)
+    ]
+    for name in names:
+        expected = _EXPERT_REGEX.match(name)
+        assert experts_layer(name) == (expected["experts"] if expected else None), name
+
+
+@given(st.text(max_size=30))
+def test_the_experts_layer_of_any_text_is_what_the_regex_takes(name: str) -> None:
+    expected = _EXPERT_REGEX.match(name)
+    assert experts_layer(name) == (expected["experts"] if expected else None)

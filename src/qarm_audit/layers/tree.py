@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from ..modules.inventory import ModuleInfo
+from ..modules.inventory import ModuleInfo, experts_layer
 from .facts import ArchitectureFacts, EngineFacts, LayerFact, Packing, Rename
 from .model_config import ModelConfig
 
-_EXPERT = re.compile(r"^(?P<experts>.*\.experts)\.\d+\.[^.]+$")
 _NORM = re.compile(r"(^|_)(norm|layernorm|ln|ln_f|ln_\d+|rmsnorm)($|_)|norm$")
 
 GENERIC = "generic"
@@ -127,10 +126,7 @@ def _modelled(
     nested = [(scope, _fusing(scope.packings, arch, config)) for scope in arch.nested]
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
     for info in modules.values():
-        info.engine_name, info.fused_shards = info.name, ()
-        expert = _EXPERT.match(info.name) if ".experts." in info.name else None
-        if expert:
-            info.engine_name = expert["experts"]
+        info.engine_name, info.fused_shards = experts_layer(info.name) or info.name, ()
     routers = _routers(modules)
     for info in modules.values():
         parent, _, leaf = info.name.rpartition(".")

@@ -24,7 +24,20 @@ SHARD_TO_FUSED = {shard: fused for fused, shards in FUSED_SHARDS.items() for sha
 _EMBEDDING = re.compile(
     r"(^|_)(embed|embeds|embedding|embeddings|wte|wpe|tok_embeddings)$|^embed_|_embed$"
 )
-_EXPERT = re.compile(r"^(?P<experts>.*\.experts)\.\d+\.[^.]+$")
+
+
+def experts_layer(name: str) -> str | None:
+    r"""``X.experts`` for a module ``X.experts.<digits>.<leaf>``: what
+    ``^(?P<experts>.*\.experts)\.\d+\.[^.]+$`` takes from the name, by string operations
+    rather than a regex per module (``\d`` is a decimal digit of any script, as
+    ``str.isdecimal`` says; ``.`` crosses no line break)."""
+    if ".experts." not in name:
+        return None
+    parent, _, leaf = name.rpartition(".")
+    experts, _, number = parent.rpartition(".")
+    if leaf and number.isdecimal() and experts.endswith(".experts") and "\n" not in experts:
+        return experts
+    return None
 
 
 @dataclass(slots=True)
@@ -177,10 +190,9 @@ def _kind(module: str, operands: dict[str, TensorEntry]) -> str:
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:
     """Name each module as the engine does: fused shards and routed experts share one module."""
     for info in modules.values():
-        info.engine_name = info.name
-        expert = _EXPERT.match(info.name) if ".experts." in info.name else None
-        if expert:
-            info.engine_name = expert["experts"]
+        experts = experts_layer(info.name)
+        info.engine_name = experts or info.name
+        if experts is not None:
             continue
         parent, _, leaf = info.name.rpartition(".")
         fused = SHARD_TO_FUSED.get(leaf)
