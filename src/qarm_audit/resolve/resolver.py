@@ -84,10 +84,21 @@ INHERITED = frozenset({"prefix", "experts-parent"})
 not a layer the engine builds with a quant method (the seed's ``linear_attn`` containers)."""
 
 
-def _engine(membership: Membership, info: ModuleInfo) -> Membership:
-    if membership.declared_quantized and membership.how not in INHERITED:
+def _engine(
+    membership: Membership,
+    info: ModuleInfo,
+    overrides: dict[tuple[str, bool, str], Membership | None] | None = None,
+) -> Membership:
+    """``overrides``: the override per (layer kind, quant config, class), for a layer's many
+    members (it depends on nothing else)."""
+    if membership.bucket in (EXCLUDED, UNLISTED) or membership.how in INHERITED:
+        return membership
+    if overrides is None:
         return layer_override(info) or membership
-    return membership
+    key = (info.layer_kind, info.quant_config, info.layer_class)
+    if key not in overrides:
+        overrides[key] = layer_override(info)
+    return overrides[key] or membership
 
 
 def _is_fused(members: list[ModuleInfo]) -> bool:
@@ -122,6 +133,8 @@ def experts_disagree(
 ) -> Finding | None:
     """One scheme per MoE layer: the engine decides the whole experts layer once."""
     if not engine_name.endswith(".experts") or len(members) < 2:
+        return None
+    if len({memberships[m.name].bucket for m in members}) < 2:
         return None
     buckets: dict[str, list[str]] = {}
     for m in members:
@@ -249,19 +262,27 @@ class _ModelOpt:
         once = None
         if excluded is None and self.layers is not None and len(members) > 1:
             once = self._mixed_layer(engine_name, members)
-        for info in members:
-            if excluded is not None:
-                self.out.memberships[info.name] = excluded
-            elif once is not None:
-                # a module listed by its own name, for the layer's algorithm, keeps that
-                # provenance
-                own = self._mixed(info, engine_name)
+        memberships = self.out.memberships
+        if excluded is not None:
+            memberships.update(dict.fromkeys([m.name for m in members], excluded))
+        elif once is not None:
+            # a module listed by its own name, for the layer's algorithm, keeps that provenance
+            listed = cast("dict[str, str]", self.layers).get
+            overrides: dict[tuple[str, bool, str], Membership | None] = {}
+            for info in members:
+                name = info.name
+                algo = listed(name)
+                own = Membership(algo, "exact", name) if algo is not None else None
+                if own is None:
+                    own = self._mixed(info, engine_name)
                 agrees = own.how == "exact" and own.bucket == once.bucket
-                self.out.memberships[info.name] = _engine(own if agrees else once, info)
-            elif self.layers is None:
-                self.out.memberships[info.name] = _engine(self._single(info), info)
-            else:
-                self.out.memberships[info.name] = _engine(self._mixed(info, engine_name), info)
+                memberships[name] = _engine(own if agrees else once, info, overrides)
+        else:
+            for info in members:
+                chosen = (
+                    self._single(info) if self.layers is None else self._mixed(info, engine_name)
+                )
+                memberships[info.name] = _engine(chosen, info)
         mixed = experts_disagree(engine_name, members, self.out.memberships)
         if mixed is not None:
             self.out.findings.append(mixed)
