@@ -712,3 +712,18 @@ def test_a_persistent_429_on_a_document_is_retried_by_one_loop_only(
     assert result.exit_code == 3 and "HTTP 503" in result.stderr, result.stderr
     assert server.count("GET", "*/hf_quant_config.json") == 4  # qarm's attempts, no more
     assert sleeps.calls == [0.01, 0.02, 0.04]
+
+
+def test_a_side_declaration_in_the_listing_is_named(hub: Any, run: Any, tmp_path: Path) -> None:
+    documents = {**DOCUMENTS, "config.json": json.dumps({"architectures": ["LlamaForCausalLM"]})}
+    folder = write_checkpoint(tmp_path / "side", {"model.safetensors": llama(1, nvfp4)}, documents)
+    (folder / "hf_quant_config.json").unlink()
+    (folder / "quant_config.json").write_text(json.dumps({"w_bit": 4, "q_group_size": 128}))
+    spec = RepoSpec.from_folder("org/side", folder)
+    hub(spec)
+    result = run("audit", f"org/side@{spec.sha}", "--format", "json")
+    notes = json.loads(result.stdout)["notes"]
+    notes = [n for n in notes if n["code"] == "side-declaration-unread"]
+    assert [(n["tensor"], "--quantization awq," in n["message"]) for n in notes] == [
+        ("quant_config.json", True)
+    ]

@@ -127,3 +127,32 @@ def test_another_layout_beside_an_index_is_named_not_refused(tmp_path: Path) -> 
     assert [r.code for r in report.refusals] == []
     (unread,) = [w for w in report.warnings if w.code == "weight-files-unread"]
     assert all(name in unread.message for name in others)
+
+
+GPTQ = Path(__file__).parent.parent / "fixtures" / "producers" / "gptqmodel-gptq-w4g32-llama"
+
+
+def _gptq_declared_only_beside(tmp_path: Path) -> Path:
+    """gptqmodel's checkpoint as AutoGPTQ used to ship it: config.json declaring nothing, the
+    declaration in quantize_config.json alone."""
+    folder = tmp_path / "gptq-side"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes((GPTQ / "model.safetensors").read_bytes())
+    config = json.loads((GPTQ / "config.json").read_text())
+    config.pop("quantization_config")
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "quantize_config.json").write_text((GPTQ / "quantize_config.json").read_text())
+    return folder
+
+
+def test_a_side_declaration_is_named_where_config_json_declares_nothing(tmp_path: Path) -> None:
+    report = audit(str(_gptq_declared_only_beside(tmp_path)))
+    assert {r.code for r in report.refusals} == {"unquantized-ships-quantized"}
+    (note,) = [n for n in report.notes if n.code == "side-declaration-unread"]
+    assert note.tensor == "quantize_config.json"
+    assert "--quantization gptq or awq or moe_wna16" in note.message
+
+
+def test_a_side_declaration_beside_a_declaring_config_json_is_not_named(tmp_path: Path) -> None:
+    assert (GPTQ / "quantize_config.json").is_file()  # gptqmodel writes both
+    assert "side-declaration-unread" not in {n.code for n in audit(str(GPTQ)).notes}

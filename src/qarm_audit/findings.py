@@ -53,6 +53,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.INFO,
         "the audit was read from the Hub cache (HF_HUB_OFFLINE), not from the Hub",
     ),
+    "side-declaration-unread": (
+        Severity.INFO,
+        "config.json declares nothing and an AutoGPTQ/AutoAWQ quantize_config.json sits beside it",
+    ),
     "gpu-detected": (
         Severity.INFO,
         "no --gpu was given and the machine's GPU was detected and used",

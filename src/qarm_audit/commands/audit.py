@@ -45,7 +45,13 @@ from ..runtime import collector_paused
 from ..sources import Checkpoint, open_source
 from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
-from ..sources.unread import second_layout, unindexed_shards, unread_of
+from ..sources.unread import (
+    SIDE_DECLARATIONS,
+    second_layout,
+    side_declarations,
+    unindexed_shards,
+    unread_of,
+)
 
 if TYPE_CHECKING:
     from ..sources.hub import HubObserver
@@ -375,6 +381,18 @@ def _declaration_refusals(declaration: Declaration, checkpoint: Checkpoint) -> l
     if declaration.family == "absent" and not checkpoint.has_weights:
         names = ", ".join(sorted(checkpoint.documents)) or "the source"
         return [finding("declaration-unreadable", f"{names} holds no quantization declaration")]
+    if declaration.family == "absent":
+        return [
+            finding(
+                "side-declaration-unread",
+                f"{name} sits beside config.json, which declares no quantization: vLLM reads "
+                f"{name} only when started with --quantization "
+                f"{' or '.join(SIDE_DECLARATIONS[name])}, transformers never; this audit "
+                "follows config.json, as an engine started without that option does",
+                tensor=name,
+            )
+            for name in side_declarations(checkpoint)
+        ]
     return []
 
 

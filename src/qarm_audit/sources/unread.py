@@ -96,3 +96,34 @@ def unindexed_shards(unread: list[str], indexed: Collection[str] | None) -> list
 
 _SERIES = re.compile(r"(.+)-[0-9]{5}-of-([0-9]{5})\.safetensors")
 """A shard of a sharded checkpoint as transformers names it: prefix and shard count."""
+
+
+SIDE_DECLARATIONS: dict[str, tuple[str, ...]] = {
+    "quantize_config.json": ("gptq", "awq", "moe_wna16"),
+    "quant_config.json": ("awq",),
+}
+"""AutoGPTQ's and AutoAWQ's own declaration files, and the ``--quantization`` methods whose
+vLLM config reads each (``get_config_filenames`` of ``AutoGPTQConfig``, ``AutoAWQConfig`` and
+``MoeWNA16Config``, alike in the 0.30-0.33 wheels:
+``vllm/model_executor/layers/quantization/{auto_gptq,auto_awq,moe_wna16}.py``). vLLM reads
+one only when started with such a ``--quantization`` and config.json declares nothing
+(``get_quant_config``, ``model_loader/weight_utils.py``); transformers never reads them."""
+
+
+def side_declarations(checkpoint: Checkpoint) -> list[str]:
+    """The files of :data:`SIDE_DECLARATIONS` the checkpoint holds at its top level: from the
+    source's listing, else in a local folder; none for a manifest."""
+    listing = checkpoint.listed_files
+    if listing is not None:
+        return [name for name in SIDE_DECLARATIONS if name in set(listing)]
+    if checkpoint.origin.kind in ("local", "hf-cache"):
+        root = Path(checkpoint.origin.location)
+        found = []
+        for name in SIDE_DECLARATIONS:
+            try:
+                if (root / name).is_file():
+                    found.append(name)
+            except OSError:
+                continue
+        return found
+    return []
