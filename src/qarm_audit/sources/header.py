@@ -533,50 +533,47 @@ def validate_layout(
     Checked on whole columns in C; only a header that fails is walked entry by entry, to name
     the first tensor at fault."""
     given = entries if isinstance(entries, list) else list(entries)
-    keys = list(map(_DTYPE_SHAPE, given))
-    sizes = _sizes(given, keys, where)
+    sizes = _Sizes(where)
+    try:
+        needed = list(map(sizes.__getitem__, map(_DTYPE_SHAPE, given)))
+    except HeaderError:
+        # named on the first tensor that has the fault in data order, as the walk would meet it
+        for entry in sorted(given, key=_DATA_ORDER):
+            expected_nbytes(entry, where)
+        raise
     # A header as the safetensors library writes it lists its tensors in data order: checked
     # as given, in C; sorted only when not (or when an empty tensor makes the order a tie).
-    if 0 not in sizes.values() and _contiguous(given, keys, sizes, data_length):
+    if 0 not in sizes.values() and _contiguous(given, needed, data_length):
         return given
     ordered = sorted(given, key=_DATA_ORDER)
-    if _contiguous(ordered, list(map(_DTYPE_SHAPE, ordered)), sizes, data_length):
+    if _contiguous(ordered, list(map(sizes.__getitem__, map(_DTYPE_SHAPE, ordered))), data_length):
         return ordered
     _name_the_fault(ordered, data_length, where)
     raise AssertionError("a layout that fails in bulk fails entry by entry")  # unreachable
 
 
-def _sizes(
-    entries: list[TensorEntry], keys: list[tuple[str, tuple[int, ...]]], where: str
-) -> dict[tuple[str, tuple[int, ...]], int]:
-    """Bytes per (dtype, shape), each computed once. A fault is named on the first tensor
-    that has it in data order, as the walk in :func:`_name_the_fault` would meet it."""
-    try:
-        return {
-            key: expected_nbytes(TensorEntry("", key[0], key[1], 0, 0), where)
-            for key in dict.fromkeys(keys)
-        }
-    except HeaderError:
-        for entry in sorted(entries, key=_DATA_ORDER):
-            expected_nbytes(entry, where)
-        raise
+class _Sizes(dict[tuple[str, tuple[int, ...]], int]):
+    """Bytes per (dtype, shape), each computed once, on first lookup."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def __missing__(self, key: tuple[str, tuple[int, ...]]) -> int:
+        size = self[key] = expected_nbytes(TensorEntry("", key[0], key[1], 0, 0), self.where)
+        return size
 
 
-def _contiguous(
-    ordered: list[TensorEntry],
-    keys: list[tuple[str, tuple[int, ...]]],
-    sizes: dict[tuple[str, tuple[int, ...]], int],
-    data_length: int,
-) -> bool:
+def _contiguous(ordered: list[TensorEntry], needed: list[int], data_length: int) -> bool:
     """Offsets run from 0 in this order with no overlap or hole, fill the data, and each
-    span is its dtype x shape."""
+    span is its dtype x shape (``needed``, in the same order)."""
     begins = list(map(_BEGIN, ordered))
     ends = list(map(_END, ordered))
     return (
         (ends[-1] if ends else 0) == data_length
         and (not begins or begins[0] == 0)
         and begins[1:] == ends[:-1]
-        and list(map(sub, ends, begins)) == list(map(sizes.__getitem__, keys))
+        and list(map(sub, ends, begins)) == needed
     )
 
 
