@@ -11,11 +11,13 @@ F16 ``[in/group, out]`` beside a tiny Llama's BF16 norms, embedding and head. Th
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import test_producers
 from conftest import REPO
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
@@ -69,11 +71,7 @@ def checkpoint(tmp_path: Path, edit: Any = None, name: str = "awq", **declaratio
     return folder
 
 
-def refusals(folder: Path, engine: str = "vllm") -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for r in audit(str(folder), engine=engine).refusals:
-        out.setdefault(r.code, set()).add(r.module)
-    return out
+refusals = partial(test_producers.refusals, engine="vllm")
 
 
 @pytest.mark.parametrize("release", RELEASES)

@@ -7,16 +7,23 @@ checkpoint's header and bytes with the safetensors library."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import test_producers
 from conftest import REPO
 from qarm_audit import audit
 from qarm_audit.modules.inventory import build_inventory
 from qarm_audit.sources.checkpoint import TensorEntry
-from test_producers import Tensors, drop, plant, zeros
+from test_producers import (
+    Tensors,
+    drop,
+    plant,
+    zeros,
+)
 
 CORPUS = REPO / "fixtures" / "producers"
 NF4 = "transformers-bnb-nf4-llama"
@@ -29,18 +36,10 @@ DOWN = "model.layers.0.mlp.down_proj"
 Q4 = ".weight.quant_state.bitsandbytes__"
 
 
-def refusals(folder: Path | str, engine: str = "sglang") -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for r in audit(str(folder), engine=engine).refusals:
-        out.setdefault(r.code, set()).add(r.module)
-    return out
+refusals = partial(test_producers.refusals, engine="sglang")
 
 
-def buckets(folder: Path | str, engine: str = "sglang") -> dict[str, tuple[int, int]]:
-    report = audit(str(folder), engine=engine)
-    assert sum(b.tensors for b in report.buckets) == report.totals.tensors
-    assert sum(b.modules for b in report.buckets) == report.totals.modules
-    return {b.scheme: (b.tensors, b.modules) for b in report.buckets if b.tensors}
+buckets = partial(test_producers.buckets, engine="sglang")
 
 
 @pytest.mark.parametrize(

@@ -8,16 +8,23 @@ planted by rewriting a genuine checkpoint's header and bytes with the safetensor
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import test_producers
 from conftest import REPO
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import DeclarationError
-from test_producers import Tensors, drop, plant, zeros
+from test_producers import (
+    Tensors,
+    drop,
+    plant,
+    zeros,
+)
 
 CORPUS = REPO / "fixtures" / "producers"
 W4 = "gptqmodel-gptq-w4g32-llama"
@@ -29,18 +36,10 @@ DOWN = "model.layers.0.mlp.down_proj"
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 
 
-def refusals(folder: Path | str, engine: str = "vllm") -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for r in audit(str(folder), engine=engine).refusals:
-        out.setdefault(r.code, set()).add(r.module)
-    return out
+refusals = partial(test_producers.refusals, engine="vllm")
 
 
-def buckets(folder: Path | str, engine: str = "vllm") -> dict[str, tuple[int, int]]:
-    report = audit(str(folder), engine=engine)
-    assert sum(b.tensors for b in report.buckets) == report.totals.tensors
-    assert sum(b.modules for b in report.buckets) == report.totals.modules
-    return {b.scheme: (b.tensors, b.modules) for b in report.buckets if b.tensors}
+buckets = partial(test_producers.buckets, engine="vllm")
 
 
 def _config(folder: Path, **changes: Any) -> Path:
@@ -79,7 +78,7 @@ def test_genuine_gptq_checkpoint_audits_clean(
     engine = f"vllm=={release}"
     report = audit(str(CORPUS / name), engine=engine)
     assert report.refusals == [] and report.warnings == []
-    assert buckets(CORPUS / name, engine) == expected
+    assert buckets(CORPUS / name, engine=engine) == expected
     for arm in report.arms:
         assert arm.executed == ("W8A16-INT" if "_W8_" in arm.scheme else "W4A16-INT")
 

@@ -15,11 +15,13 @@ gpt-oss's BF16 attention (q/k/v/o with biases, ``sinks``), router, norms, embedd
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import test_producers
 from qarm_audit import audit
 from qarm_audit.commands.explain import explain
 from qarm_audit.declarations import read_declaration
@@ -96,11 +98,7 @@ def checkpoint(tmp_path: Path, edit: Any = None, name: str = "gpt-oss", **config
     return folder
 
 
-def refusals(folder: Path, engine: str = "vllm", gpu: str = "sm90") -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for r in audit(str(folder), engine=engine, gpu=gpu).refusals:
-        out.setdefault(r.code, set()).add(r.module)
-    return out
+refusals = partial(test_producers.refusals, engine="vllm", gpu="sm90")
 
 
 ARMS = {

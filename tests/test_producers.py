@@ -11,6 +11,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -161,11 +162,20 @@ def drop(tensors: Tensors, module: str) -> None:
         del tensors[key]
 
 
-def refusals(folder: Path, engine: str = "name-probe") -> dict[str, set[str]]:
+def refusals(folder: Path | str, engine: str = "name-probe", **options: Any) -> dict[str, set[str]]:
+    """Each refusal code and the modules it names; ``options`` go to :func:`audit`."""
     out: dict[str, set[str]] = {}
-    for r in audit(str(folder), engine=engine).refusals:
+    for r in audit(str(folder), engine=engine, **options).refusals:
         out.setdefault(r.code, set()).add(r.module)
     return out
+
+
+def buckets(folder: Path | str, engine: str = "name-probe") -> dict[str, tuple[int, int]]:
+    """(tensors, modules) of every bucket that holds a tensor; the buckets sum to the totals."""
+    report = audit(str(folder), engine=engine)
+    assert sum(b.tensors for b in report.buckets) == report.totals.tensors
+    assert sum(b.modules for b in report.buckets) == report.totals.modules
+    return {b.scheme: (b.tensors, b.modules) for b in report.buckets if b.tensors}
 
 
 NV = "modelopt-nvfp4"
