@@ -100,11 +100,18 @@ class _CompressedTensorsProducer:
         self.ignore_names = {i for i in rules.ignore if not i.startswith("re:")}
         self.ignore_regex = [i for i in rules.ignore if i.startswith("re:")]
         self.ignore_first = FirstMatch([i[3:] for i in self.ignore_regex], "ignore")
+        self.class_ignored: dict[tuple[str, ...], str | None] = {}
+        self.class_target: dict[tuple[str, ...], str | None] = {}
+        """The first class, in sorted order, that the ignore list or the targets name: per set
+        of classes (a checkpoint has a handful), not per module."""
 
     def _ignored(self, name: str, classes: tuple[str, ...]) -> str | None:
         if name in self.ignore_names:
             return name
-        cls = next((c for c in sorted(classes) if c in self.ignore_names), None)
+        if classes not in self.class_ignored:
+            names = self.ignore_names
+            self.class_ignored[classes] = next((c for c in sorted(classes) if c in names), None)
+        cls = self.class_ignored[classes]
         if cls is not None:
             return cls
         i = self.ignore_first.first(name)
@@ -135,7 +142,10 @@ class _CompressedTensorsProducer:
         j = self.regex_first.first(name)
         if j is not None:
             return self.regex[j], "regex"
-        cls = next((c for c in sorted(classes) if c in self.rules.targets), None)
+        if classes not in self.class_target:
+            targets = self.rules.targets
+            self.class_target[classes] = next((c for c in sorted(classes) if c in targets), None)
+        cls = self.class_target[classes]
         if cls is not None:
             return cls, "class"
         return None
@@ -151,11 +161,11 @@ def disagreements(
     """One warning per engine layer whose modules the producer and the engine resolve
     differently (another scheme, or quantized on one side only)."""
     by_layer: dict[str, list[str]] = {}
+    unquantized = (EXCLUDED, UNLISTED)
     for name, info in modules.items():
-        mine, theirs = producer[name], engine[name]
-        if mine.declared_quantized == theirs.declared_quantized and (
-            not mine.declared_quantized or mine.bucket == theirs.bucket
-        ):
+        ours, engines = producer[name].bucket, engine[name].bucket
+        # one scheme on both sides, or unquantized on both (excluded or unlisted alike)
+        if ours == engines or (ours in unquantized and engines in unquantized):
             continue
         by_layer.setdefault(info.engine_name, []).append(name)
     out = []

@@ -493,9 +493,10 @@ class _CompressedTensors:
             if _is_fused(members):
                 self._fused(engine_name, members)
             else:
+                overrides: dict[tuple[str, bool, str], Membership | None] = {}
                 for info in members:
                     own = self._ignored(info.name) or self._target(info)
-                    self.out.memberships[info.name] = _engine(own, info)
+                    self.out.memberships[info.name] = _engine(own, info, overrides)
             mixed = experts_disagree(engine_name, members, self.out.memberships)
             if mixed is not None:
                 self.out.findings.append(mixed)
