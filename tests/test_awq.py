@@ -267,3 +267,18 @@ def test_modules_to_not_convert_is_reported_and_diffed(tmp_path: Path) -> None:
     config = {c.key: c for c in diff(str(a), str(b)).config}
     assert config["exclude"].only_b == [DOWN] and config["exclude"].only_a == []
     assert audit(str(checkpoint(tmp_path, name="none"))).declaration.rules == {}
+
+
+@pytest.mark.parametrize(
+    ("version", "warned"),
+    [("gemm", False), ("GEMM", False), ("exllama", False), ("ipex", False), ("gemv", True)],
+)
+def test_a_version_of_another_layout_is_a_warning(
+    tmp_path: Path, version: str, warned: bool
+) -> None:
+    report = audit(str(checkpoint(tmp_path, version=version)), engine="vllm")
+    codes = [w.code for w in report.warnings]
+    assert codes == (["awq-version-unread"] if warned else [])
+    if warned:
+        assert f"AWQ version {version!r}: vLLM reads no version" in report.warnings[0].message
+    assert report.refusals == []  # the tensors are GEMM's: vLLM loads them

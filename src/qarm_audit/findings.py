@@ -73,6 +73,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.INFO,
         "the engine's layer tree is not modelled for this architecture: generic rules were used",
     ),
+    "awq-version-unread": (
+        Severity.WARNING,
+        "an AWQ declaration names a kernel layout other than GEMM's, and vLLM reads no version",
+    ),
     "producer-engine-disagree": (
         Severity.WARNING,
         "the producer's library and the engine resolve a module of the declaration differently",

@@ -474,7 +474,7 @@ def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Dec
 
 def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: awq.AwqConfig = _validate(awq.AwqConfig, candidate.block, candidate.where)
-    notes = _unknown_keys(parsed, candidate.where)
+    notes = _unknown_keys(parsed, candidate.where) + awq.version_unread(parsed, candidate.where)
     scheme = awq.to_scheme(parsed)
     return Declaration(
         "awq",

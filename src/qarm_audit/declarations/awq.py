@@ -18,8 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
+from ..findings import Finding, finding
 from .gptq import GroupSize, PackedBits
 from .schemes import Scheme
+
+GEMM_LAYOUTS = frozenset({"gemm", "exllama", "ipex"})
+"""AutoAWQ versions whose checkpoints hold the GEMM packing (``exllama`` and ``ipex`` pick
+kernels for it after loading); ``gemv``, ``gemv_fast`` and ``marlin`` write layouts of their
+own."""
 
 
 class AwqConfig(BaseModel):
@@ -75,3 +81,19 @@ def to_scheme(config: AwqConfig) -> Scheme:
         weight_symmetric=not config.zero_point,
         algo="awq",
     )
+
+
+def version_unread(config: AwqConfig, where: str) -> list[Finding]:
+    """A warning for a ``version`` whose layout is not GEMM's: vLLM reads no version."""
+    version = config.version
+    if version is None or version.lower() in GEMM_LAYOUTS:
+        return []
+    return [
+        finding(
+            "awq-version-unread",
+            f"{where} declares AWQ version {version!r}: vLLM reads no version and builds the "
+            "GEMM layout (qweight [in, out/8], qzeros [in/group, out/8], scales [in/group, "
+            f"out]); tensors packed for {version!r} fail those shapes, and AutoAWQ or "
+            f"transformers would build {version!r}'s own layout from the same declaration",
+        )
+    ]
