@@ -402,21 +402,36 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
     )
 
 
+def _one_scheme(
+    family: str,
+    candidate: _Candidate,
+    considered: tuple[str, ...],
+    scheme: Scheme,
+    findings: list[Finding],
+    algo: str | None = None,
+    **rules: Any,
+) -> Declaration:
+    """A format whose whole declaration is one scheme: its method is the family's name, its
+    algorithm that too unless given, and ``rules`` its one rules field (``fp8=...``)."""
+    return Declaration(
+        family,
+        candidate.where,
+        method=family,
+        algo=family if algo is None else algo,
+        schemes={scheme.name: scheme},
+        findings=tuple(findings),
+        considered=considered,
+        **rules,
+    )
+
+
 def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
     parsed: native_fp8.Fp8Config = _validate(native_fp8.Fp8Config, candidate.block, candidate.where)
     notes = _unknown_keys(parsed, candidate.where)
     scheme = native_fp8.to_scheme(parsed)
     key, ignored = parsed.ignored
-    return Declaration(
-        "fp8",
-        candidate.where,
-        method="fp8",
-        algo="fp8",
-        schemes={scheme.name: scheme},
-        fp8=Fp8Rules(scheme=scheme, ignored=ignored, ignored_key=key),
-        findings=tuple(notes),
-        considered=considered,
-    )
+    rules = Fp8Rules(scheme=scheme, ignored=ignored, ignored_key=key)
+    return _one_scheme("fp8", candidate, considered, scheme, notes, fp8=rules)
 
 
 def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
@@ -429,16 +444,7 @@ def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
         double_quant=bool(parsed.bnb_4bit_use_double_quant) and not parsed.eight_bit,
         eight_bit=parsed.eight_bit,
     )
-    return Declaration(
-        "bitsandbytes",
-        candidate.where,
-        method="bitsandbytes",
-        algo=scheme.algo,
-        schemes={scheme.name: scheme},
-        bnb=rules,
-        findings=tuple(notes),
-        considered=considered,
-    )
+    return _one_scheme("bitsandbytes", candidate, considered, scheme, notes, scheme.algo, bnb=rules)
 
 
 def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
@@ -476,16 +482,8 @@ def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
     parsed: awq.AwqConfig = _validate(awq.AwqConfig, candidate.block, candidate.where)
     notes = _unknown_keys(parsed, candidate.where) + awq.version_unread(parsed, candidate.where)
     scheme = awq.to_scheme(parsed)
-    return Declaration(
-        "awq",
-        candidate.where,
-        method="awq",
-        algo="awq",
-        schemes={scheme.name: scheme},
-        awq=AwqRules(scheme=scheme, lm_head=parsed.lm_head, not_convert=parsed.not_convert),
-        findings=tuple(notes),
-        considered=considered,
-    )
+    rules = AwqRules(scheme=scheme, lm_head=parsed.lm_head, not_convert=parsed.not_convert)
+    return _one_scheme("awq", candidate, considered, scheme, notes, awq=rules)
 
 
 def _mxfp4_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
@@ -500,16 +498,8 @@ def _mxfp4_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> De
         not_convert=None if written is None else tuple(written),
         model_type=model_type,
     )
-    return Declaration(
-        "mxfp4",
-        candidate.where,
-        method="mxfp4",
-        algo="mxfp4",
-        schemes={scheme.name: scheme},
-        mxfp4=rules,
-        findings=(*_unknown_keys(parsed, candidate.where), *([unread] if unread else [])),
-        considered=considered,
-    )
+    notes = [*_unknown_keys(parsed, candidate.where), *([unread] if unread else [])]
+    return _one_scheme("mxfp4", candidate, considered, scheme, notes, mxfp4=rules)
 
 
 def _declaration_of(
