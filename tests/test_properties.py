@@ -16,8 +16,9 @@ from qarm_audit.errors import QarmError
 from qarm_audit.modules.inventory import build_inventory, experts_layer
 from qarm_audit.resolve import resolve
 from qarm_audit.sources import header as header_module
-from qarm_audit.sources.checkpoint import Checkpoint, Origin, TensorEntry
+from qarm_audit.sources.checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
 from qarm_audit.sources.header import DTYPE_BITS, length_prefix, parse_header
+from qarm_audit.sources.hub import sizing
 from qarm_audit.sources.index import parse_index
 from qarm_audit.sources.manifest import parse_manifest, render_manifest
 
@@ -311,3 +312,48 @@ def test_the_experts_layer_is_what_the_regex_takes_from_the_name() -> None:
 def test_the_experts_layer_of_any_text_is_what_the_regex_takes(name: str) -> None:
     expected = _EXPERT_REGEX.match(name)
     assert experts_layer(name) == (expected["experts"] if expected else None)
+
+
+def _entry_bytes(entry: TensorEntry) -> int:
+    """An entry's compact JSON besides its quoted name, written out entry by entry."""
+    return (
+        sizing.ENTRY_BYTES
+        + len(entry.dtype)
+        + len(",".join(map(str, entry.shape)))
+        + len(str(entry.begin))
+        + len(str(entry.end))
+    )
+
+
+HEADER_ENTRIES = st.lists(
+    st.builds(
+        TensorEntry,
+        st.text("ab.", min_size=1, max_size=6),
+        st.sampled_from(sorted(DTYPE_BITS)),
+        st.lists(st.integers(0, 10**6), max_size=3).map(tuple),
+        st.integers(0, 10**12),
+        st.integers(0, 10**12),
+    ),
+    min_size=1,  # a shard the index names no tensor of teaches nothing
+    max_size=30,
+)
+
+
+@FAST
+@given(HEADER_ENTRIES, st.integers(0, 10**4))
+def test_the_size_estimator_learns_each_suffix_as_a_walk_over_the_entries_would(
+    entries: list[TensorEntry], spare: int
+) -> None:
+    names = [entry.name for entry in entries]
+    estimator = sizing.Estimator({"s": names}, None, shards=2)
+    base = 2 + 2 * len(names) + sum(len(n.encode()) for n in names)
+    length = base + sum(map(_entry_bytes, entries)) + spare
+    estimator.observe(ShardHeader("s", 10**13, length, None, tuple(entries)))
+    expected: dict[str, list[int]] = {}
+    for entry in entries:
+        tally = expected.setdefault(entry.name.rpartition(".")[2], [0, 0])
+        tally[0] += _entry_bytes(entry)
+        tally[1] += 1
+    assert estimator._suffix == expected
+    assert list(estimator._suffix) == list(expected)  # the same order: the same float sums
+    assert estimator._rest == spare
