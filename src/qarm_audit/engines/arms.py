@@ -19,7 +19,7 @@ from ..check.crosscheck import contract
 from ..check.spelling import Spelling
 from ..declarations import Declaration, Scheme
 from ..findings import Finding, finding
-from ..modules.inventory import FUSED_SHARDS, ModuleInfo
+from ..modules.inventory import FUSED_SHARDS, ModuleInfo, engine_layers
 from ..modules.operands import OperandKind, classify_operand
 from ..report.model import ArmRow, RoutingMove
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
@@ -627,8 +627,7 @@ def quote_load_errors(
         # disagreement "scheme". (A MIXED_PRECISION layer with one listed algorithm takes it for
         # every shard: the resolver raises no disagreement there.)
         if f.code in codes and not by_engine:
-            for info in modules.values():
-                by_engine.setdefault(info.engine_name, []).append(info)
+            by_engine = engine_layers(modules)
         members = by_engine.get(f.module, [])
         algos = sorted(
             {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from operator import itemgetter
@@ -185,6 +185,15 @@ def _kind(module: str, operands: dict[str, TensorEntry]) -> str:
         return infer_kind(module, operands)
     plain = {k: v for k, v in operands.items() if k not in KV_OPERANDS}
     return infer_kind(module, plain) if plain else "other"
+
+
+def engine_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, list[ModuleInfo]]:
+    """The modules of each engine layer (a fused layer's shards, an experts layer's experts),
+    in inventory order."""
+    layers: dict[str, list[ModuleInfo]] = {}
+    for info in modules.values():
+        layers.setdefault(info.engine_name, []).append(info)
+    return layers
 
 
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ..declarations import BnbRules
 from ..layers import LayerTree
-from ..modules.inventory import ModuleInfo
+from ..modules.inventory import ModuleInfo, engine_layers
 from .resolver import EXCLUDED, UNLISTED, Membership, Resolution, experts_disagree, layer_override
 
 LINEAR_KINDS = frozenset({"linear", "fused", "router"})
@@ -45,9 +45,7 @@ def resolve_bnb(
 ) -> Resolution:
     """``tree`` annotated the modules; these rules read nothing more of it."""
     out = Resolution()
-    groups: dict[str, list[ModuleInfo]] = {}
-    for info in modules.values():
-        groups.setdefault(info.engine_name, []).append(info)
+    groups = engine_layers(modules)
     scheme = rules.scheme.name
     for engine_name, members in groups.items():
         for info in members:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from ..declarations import Fp8Rules
 from ..findings import finding
 from ..layers import LayerTree
-from ..modules.inventory import ModuleInfo
+from ..modules.inventory import ModuleInfo, engine_layers
 from .resolver import (
     EXCLUDED,
     UNLISTED,
@@ -44,9 +44,7 @@ class Fp8Resolver:
         self.out = Resolution()
 
     def run(self) -> Resolution:
-        groups: dict[str, list[ModuleInfo]] = {}
-        for info in self.modules.values():
-            groups.setdefault(info.engine_name, []).append(info)
+        groups = engine_layers(self.modules)
         for engine_name, members in groups.items():
             skipped = self._skipped(engine_name, members)
             for info in members:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..findings import finding
-from ..modules.inventory import ModuleInfo
+from ..modules.inventory import ModuleInfo, engine_layers
 from .resolver import UNLISTED, Membership, Resolution, experts_disagree, layer_override
 
 LINEAR_KINDS = frozenset({"linear", "fused", "router"})
@@ -40,9 +40,7 @@ class ListResolver:
         self.out = Resolution()
 
     def run(self) -> Resolution:
-        groups: dict[str, list[ModuleInfo]] = {}
-        for info in self.modules.values():
-            groups.setdefault(info.engine_name, []).append(info)
+        groups = engine_layers(self.modules)
         for engine_name, members in groups.items():
             decided = self._group(engine_name, members[0])
             for info in members:

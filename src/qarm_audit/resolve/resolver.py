@@ -16,7 +16,7 @@ from typing import NamedTuple, cast
 from ..declarations import CompressedTensorsRules, ModelOptRules
 from ..findings import Finding, finding
 from ..layers import LayerTree
-from ..modules.inventory import ModuleInfo
+from ..modules.inventory import ModuleInfo, engine_layers
 from .matchers import FirstMatch, SubstringSet, WildcardSet
 from .regex_module import regex_module_form
 
@@ -241,9 +241,7 @@ class _ModelOpt:
                 self.key_path = self.path
 
     def run(self) -> Resolution:
-        groups: dict[str, list[ModuleInfo]] = {}
-        for info in self.modules.values():
-            groups.setdefault(info.engine_name, []).append(info)
+        groups = engine_layers(self.modules)
         for engine_name, members in groups.items():
             self._resolve_group(engine_name, members)
         if self.layers is not None:
@@ -486,9 +484,7 @@ class _CompressedTensors:
         self.targets = targets
 
     def run(self) -> Resolution:
-        groups: dict[str, list[ModuleInfo]] = {}
-        for info in self.modules.values():
-            groups.setdefault(info.engine_name, []).append(info)
+        groups = engine_layers(self.modules)
         for engine_name, members in groups.items():
             if _is_fused(members):
                 self._fused(engine_name, members)
