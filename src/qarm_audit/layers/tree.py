@@ -125,6 +125,8 @@ def _modelled(
     own = _fusing(arch.packings, arch, config)
     nested = [(scope, _fusing(scope.packings, arch, config)) for scope in arch.nested]
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
+    # per engine layer, not per module: a MoE layer's experts share one path
+    paths: dict[str, tuple[str, str]] = {}
     for info in modules.values():
         info.engine_name, info.fused_shards = experts_layer(info.name) or info.name, ()
     routers = _routers(modules)
@@ -152,10 +154,13 @@ def _modelled(
                     leaf_for_class = fused
                     break
         router = info.name in routers
-        engine_path = arch.rename.module(info.engine_name) if arch.rename else info.engine_name
+        known = paths.get(info.engine_name)
+        if known is None:
+            renamed = arch.rename.module(info.engine_name) if arch.rename else info.engine_name
+            known = paths[info.engine_name] = (renamed, _shape_path(renamed))
+        engine_path, shape = known
         # the engine's own leaf (DeepSeek-V4's shared_experts.w2 is down_proj, head lm_head)
         leaf_for_class = leaf_for_class or engine_path.rpartition(".")[2]
-        shape = _shape_path(engine_path)
         key = (leaf_for_class, info.kind, bool(info.fused_shards), router, shape)
         decided = kinds.get(key)
         if decided is None:
