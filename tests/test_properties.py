@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import QarmError
-from qarm_audit.modules.inventory import build_inventory, experts_layer
+from qarm_audit.modules.inventory import (
+    ModuleInfo,
+    assign_engine_names,
+    build_inventory,
+    experts_layer,
+)
 from qarm_audit.resolve import resolve
 from qarm_audit.sources import header as header_module
 from qarm_audit.sources.checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
@@ -312,6 +317,18 @@ def test_the_experts_layer_is_what_the_regex_takes_from_the_name() -> None:
 def test_the_experts_layer_of_any_text_is_what_the_regex_takes(name: str) -> None:
     expected = _EXPERT_REGEX.match(name)
     assert experts_layer(name) == (expected["experts"] if expected else None)
+
+
+def test_the_inventory_names_each_expert_by_its_experts_layer_worked_out_per_parent() -> None:
+    """assign_engine_names decides once per parent; every name gets what experts_layer says."""
+    names = [
+        f"{head}{middle}{number}.{leaf}"
+        for head, middle, number, leaf in itertools.product(_PIECES, _MIDDLES, _NUMBERS, _PIECES)
+    ]
+    modules = {name: ModuleInfo(name) for name in names}
+    assign_engine_names(modules)
+    for name, info in modules.items():
+        assert info.engine_name == (experts_layer(name) or name), name
 
 
 def _entry_bytes(entry: TensorEntry) -> int:

@@ -30,12 +30,18 @@ def experts_layer(name: str) -> str | None:
     r"""``X.experts`` for a module ``X.experts.<digits>.<leaf>``: what
     ``^(?P<experts>.*\.experts)\.\d+\.[^.]+$`` takes from the name, by string operations
     rather than a regex per module (``\d`` is a decimal digit of any script, as
-    ``str.isdecimal`` says; ``.`` crosses no line break)."""
+    ``str.isdecimal`` says; ``.`` crosses no line break). It depends on the name only through
+    its parent (:func:`experts_of_parent`) and whether its leaf is empty."""
     if ".experts." not in name:
         return None
     parent, _, leaf = name.rpartition(".")
+    return experts_of_parent(parent) if leaf else None
+
+
+def experts_of_parent(parent: str) -> str | None:
+    """``X.experts`` for the parent ``X.experts.<digits>`` of a module, else None."""
     experts, _, number = parent.rpartition(".")
-    if leaf and number.isdecimal() and experts.endswith(".experts") and "\n" not in experts:
+    if number.isdecimal() and experts.endswith(".experts") and "\n" not in experts:
         return experts
     return None
 
@@ -123,8 +129,10 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
         table[module][spelled.setdefault(operand, operand)] = entry
     if sum(map(len, table.values())) != len(entries):
         table = _table_naming_the_clash(entries)
-    # once per module, not per tensor: most checkpoints have no module so named
-    dotted = [module for module in table if module.endswith(BNB_MODULE_TAILS)]
+    # a module is joined only when all its operands are bitsandbytes' parts: with none of
+    # those among the operand names, no module name need be looked at
+    joinable = not _BNB_PARTS.isdisjoint(spelled)
+    dotted = [module for module in table if module.endswith(BNB_MODULE_TAILS)] if joinable else []
     if dotted:
         _join_dotted_operands(table, dotted)
     modules: dict[str, ModuleInfo] = {}
@@ -180,6 +188,9 @@ def _join_dotted_operands(table: dict[str, dict[str, TensorEntry]], dotted: list
         del table[module]
 
 
+_BNB_PARTS = frozenset().union(*BNB_SUFFIXES.values())
+
+
 def _kind(module: str, operands: dict[str, TensorEntry]) -> str:
     if KV_OPERANDS.isdisjoint(operands):
         return infer_kind(module, operands)
@@ -198,12 +209,17 @@ def engine_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, list[ModuleInf
 
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:
     """Name each module as the engine does: fused shards and routed experts share one module."""
+    # once per parent, not per module: an expert's projections share one parent
+    by_parent: dict[str, str] = {}  # "" where the parent is no expert
     for info in modules.values():
-        experts = experts_layer(info.name)
-        info.engine_name = experts or info.name
-        if experts is not None:
-            continue
         parent, _, leaf = info.name.rpartition(".")
+        experts = by_parent.get(parent)
+        if experts is None:
+            experts = by_parent[parent] = experts_of_parent(parent) or ""
+        if experts and leaf:
+            info.engine_name = experts
+            continue
+        info.engine_name = info.name
         fused = SHARD_TO_FUSED.get(leaf)
         if fused is None:
             continue
