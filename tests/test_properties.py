@@ -18,6 +18,7 @@ from qarm_audit.modules.inventory import (
     assign_engine_names,
     build_inventory,
     experts_layer,
+    experts_layers,
 )
 from qarm_audit.resolve import resolve
 from qarm_audit.sources import header as header_module
@@ -319,12 +320,14 @@ def test_the_experts_layer_of_any_text_is_what_the_regex_takes(name: str) -> Non
     assert experts_layer(name) == (expected["experts"] if expected else None)
 
 
-def test_the_inventory_names_each_expert_by_its_experts_layer_worked_out_per_parent() -> None:
-    """assign_engine_names decides once per parent; every name gets what experts_layer says."""
+def test_the_experts_layers_worked_out_per_parent_are_those_of_each_name() -> None:
+    """experts_layers (the inventory's and the layer tree's) decides once per parent; every
+    name gets what experts_layer says."""
     names = [
         f"{head}{middle}{number}.{leaf}"
         for head, middle, number, leaf in itertools.product(_PIECES, _MIDDLES, _NUMBERS, _PIECES)
     ]
+    assert experts_layers(names) == [experts_layer(name) or "" for name in names]
     modules = {name: ModuleInfo(name) for name in names}
     assign_engine_names(modules)
     for name, info in modules.items():

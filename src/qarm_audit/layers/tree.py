@@ -12,8 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from operator import attrgetter
 
-from ..modules.inventory import ModuleInfo, experts_layer
+from ..modules.inventory import ModuleInfo, experts_layers
 from .facts import ArchitectureFacts, EngineFacts, LayerFact, Packing, Rename
 from .model_config import ModelConfig
 
@@ -95,12 +96,16 @@ def _generic(modules: Mapping[str, ModuleInfo]) -> None:
 
 def _routers(modules: Mapping[str, ModuleInfo]) -> set[str]:
     """``X.gate`` / ``X.router`` beside routed experts ``X.experts.N...``: a MoE router."""
+    # over the distinct engine names: a MoE layer's experts share one
     parents = {
-        info.engine_name[: -len(".experts")]
-        for info in modules.values()
-        if info.engine_name.endswith(".experts")
+        name[: -len(".experts")]
+        for name in set(map(_ENGINE_NAME, modules.values()))
+        if name.endswith(".experts")
     }
     return {f"{p}.{leaf}" for p in parents for leaf in ("gate", "router")} & modules.keys()
+
+
+_ENGINE_NAME = attrgetter("engine_name")
 
 
 def _shape_kind(info: ModuleInfo) -> str:
@@ -127,8 +132,8 @@ def _modelled(
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
     # per engine layer, not per module: a MoE layer's experts share one path
     paths: dict[str, tuple[str, str]] = {}
-    for info in modules.values():
-        info.engine_name, info.fused_shards = experts_layer(info.name) or info.name, ()
+    for info, experts in zip(modules.values(), experts_layers(modules), strict=True):
+        info.engine_name, info.fused_shards = experts or info.name, ()
     routers = _routers(modules)
     for info in modules.values():
         parent, _, leaf = info.name.rpartition(".")

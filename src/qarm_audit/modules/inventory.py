@@ -38,6 +38,20 @@ def experts_layer(name: str) -> str | None:
     return experts_of_parent(parent) if leaf else None
 
 
+def experts_layers(names: Iterable[str]) -> list[str]:
+    """:func:`experts_layer` of each name, ``""`` for None, worked out once per parent (an
+    expert's projections share one)."""
+    by_parent: dict[str, str] = {}
+    out = []
+    for name in names:
+        parent, _, leaf = name.rpartition(".")
+        experts = by_parent.get(parent)
+        if experts is None:
+            experts = by_parent[parent] = experts_of_parent(parent) or ""
+        out.append(experts if leaf else "")
+    return out
+
+
 def experts_of_parent(parent: str) -> str | None:
     """``X.experts`` for the parent ``X.experts.<digits>`` of a module, else None."""
     experts, _, number = parent.rpartition(".")
@@ -209,17 +223,12 @@ def engine_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, list[ModuleInf
 
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:
     """Name each module as the engine does: fused shards and routed experts share one module."""
-    # once per parent, not per module: an expert's projections share one parent
-    by_parent: dict[str, str] = {}  # "" where the parent is no expert
-    for info in modules.values():
-        parent, _, leaf = info.name.rpartition(".")
-        experts = by_parent.get(parent)
-        if experts is None:
-            experts = by_parent[parent] = experts_of_parent(parent) or ""
-        if experts and leaf:
+    for info, experts in zip(modules.values(), experts_layers(modules), strict=True):
+        if experts:
             info.engine_name = experts
             continue
         info.engine_name = info.name
+        parent, _, leaf = info.name.rpartition(".")
         fused = SHARD_TO_FUSED.get(leaf)
         if fused is None:
             continue
