@@ -18,12 +18,7 @@ from conftest import REPO
 from qarm_audit import audit
 from qarm_audit.modules.inventory import build_inventory
 from qarm_audit.sources.checkpoint import TensorEntry
-from test_producers import (
-    Tensors,
-    drop,
-    plant,
-    zeros,
-)
+from test_producers import Tensors, drop, plant, zeros
 
 CORPUS = REPO / "fixtures" / "producers"
 NF4 = "transformers-bnb-nf4-llama"

@@ -19,12 +19,7 @@ from conftest import REPO
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import DeclarationError
-from test_producers import (
-    Tensors,
-    drop,
-    plant,
-    zeros,
-)
+from test_producers import Tensors, drop, plant, zeros
 
 CORPUS = REPO / "fixtures" / "producers"
 W4 = "gptqmodel-gptq-w4g32-llama"

@@ -130,11 +130,11 @@ def _modelled(
     own = _fusing(arch.packings, arch, config)
     nested = [(scope, _fusing(scope.packings, arch, config)) for scope in arch.nested]
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
-    # per engine layer, not per module: a MoE layer's experts share one path
-    paths: dict[str, tuple[str, str]] = {}
     for info, experts in zip(modules.values(), experts_layers(modules), strict=True):
         info.engine_name, info.fused_shards = experts or info.name, ()
     routers = _routers(modules)
+    # per engine layer, not per module: a MoE layer's experts share one path
+    paths: dict[str, tuple[str, str]] = {}
     for info in modules.values():
         parent, _, leaf = info.name.rpartition(".")
         if info.engine_name.endswith(".experts") and info.engine_name != info.name:

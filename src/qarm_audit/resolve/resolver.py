@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import NamedTuple, TypeAlias, cast
 
 from ..declarations import CompressedTensorsRules, ModelOptRules
 from ..findings import Finding, finding
@@ -84,10 +84,14 @@ INHERITED = frozenset({"prefix", "experts-parent"})
 not a layer the engine builds with a quant method (the seed's ``linear_attn`` containers)."""
 
 
+Overrides: TypeAlias = dict[tuple[str, bool, str], Membership | None]
+"""A layer's override per (layer kind, quant config, class): :func:`_engine`'s memo."""
+
+
 def _engine(
     membership: Membership,
     info: ModuleInfo,
-    overrides: dict[tuple[str, bool, str], Membership | None] | None = None,
+    overrides: Overrides | None = None,
 ) -> Membership:
     """``overrides``: the override per (layer kind, quant config, class), for a layer's many
     members (it depends on nothing else)."""
@@ -266,7 +270,7 @@ class _ModelOpt:
         elif once is not None:
             # a module listed by its own name, for the layer's algorithm, keeps that provenance
             listed = cast("dict[str, str]", self.layers).get
-            overrides: dict[tuple[str, bool, str], Membership | None] = {}
+            overrides: Overrides = {}
             for info in members:
                 name = info.name
                 algo = listed(name)
@@ -489,7 +493,7 @@ class _CompressedTensors:
             if _is_fused(members):
                 self._fused(engine_name, members)
             else:
-                overrides: dict[tuple[str, bool, str], Membership | None] = {}
+                overrides: Overrides = {}
                 for info in members:
                     own = self._ignored(info.name) or self._target(info)
                     self.out.memberships[info.name] = _engine(own, info, overrides)
