@@ -4,9 +4,10 @@ Timeouts bound each *wait* for bytes; a server that sends one byte now and then 
 and would hold a run forever. A deadline bounds the request as a whole, its retries included:
 
 * every request qarm makes checks the clock as its bytes arrive and before each retry;
-* once an answer's headers have arrived, a timer shuts its connection down when the deadline
-  passes (:func:`install` hooks huggingface_hub's session for that), which also ends a document
-  download that ``hf_hub_download`` reads in 10 MB chunks;
+* once an answer's headers have arrived, its connection is shut down when the deadline passes
+  (:func:`install` hooks huggingface_hub's session for that; one thread watches every request,
+  watchdog.py), which also ends a document download that ``hf_hub_download`` reads in 10 MB
+  chunks;
 * any failure after the deadline is reported as the deadline passing.
 
 The run then ends in a :class:`~.failures.HubDeadlineError` (exit 3). A server silent before its
@@ -35,6 +36,7 @@ from huggingface_hub.utils import silent_tqdm  # type: ignore[attr-defined]  # p
 
 from ...errors import UsageError
 from .failures import HubDeadlineError
+from .watchdog import WATCHDOG, shut
 
 REQUEST_ENV = "QARM_HUB_REQUEST_DEADLINE"
 AUDIT_ENV = "QARM_HUB_DEADLINE"
@@ -89,7 +91,7 @@ class Deadline:
             self.interrupted = True
             live = list(self._live)
         for sock in live:
-            _shut(sock)
+            shut(sock)
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
@@ -142,7 +144,7 @@ class RequestDeadline:
         self.end = end
         self.where = where
         self.what = what
-        self._timers: list[threading.Timer] = []
+        self._watched: list[int] = []
         self._socks: list[socket.socket] = []
         self._outer: RequestDeadline | None = None
 
@@ -158,9 +160,8 @@ class RequestDeadline:
         tb: TracebackType | None,
     ) -> None:
         _CURRENT.deadline = self._outer
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
+        WATCHDOG.forget(self._watched)
+        self._watched.clear()
         with self.owner._lock:
             self.owner._live.difference_update(self._socks)
         self._socks.clear()
@@ -173,13 +174,10 @@ class RequestDeadline:
             self.owner._live.add(sock)
             self._socks.append(sock)
         if interrupted:
-            _shut(sock)
+            shut(sock)
             return
         left = min(self.end, self.owner.audit_end) - self.owner.clock()
-        timer = threading.Timer(max(left, 0.0), _shut, (sock,))
-        timer.daemon = True
-        self._timers.append(timer)
-        timer.start()
+        self._watched.append(WATCHDOG.watch(sock, left))
 
     def check(self, wait: float = 0.0) -> None:
         """Raise once the request's or the audit's deadline has passed (or would, after
@@ -213,8 +211,3 @@ class RequestDeadline:
                 return super().update(n)
 
         return _DeadlineTqdm
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
