@@ -5,6 +5,10 @@ green is a guarantee nothing measures. The tree is restored after each run (and 
 
     python scripts/check_mutations.py            # all mutations
     python scripts/check_mutations.py no-arm     # those whose name contains "no-arm"
+    python scripts/check_mutations.py --by-coverage   # each against the tests that ran its
+                                                      # text first (one coverage run of the
+                                                      # suite picks them), then the suite
+    python scripts/check_mutations.py --by-coverage --part=1/2   # every second one, from the first
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -895,12 +900,112 @@ def digest() -> str:
     return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SRC.rglob("*.py")))).hexdigest()
 
 
+SUITE = [
+    "-x",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    # red under every mutation (the mutated text is gone): it would hide a mutation that
+    # nothing else measures
+    "--deselect",
+    "tests/test_mutants.py::test_every_mutation_of_the_checker_still_applies",
+]
+
+
+FAILED = (1, 2)
+"""pytest's exit codes for a test that failed, and for tests that could not be collected."""
+
+
+def pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *SUITE, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def covering_tests() -> dict[str, dict[int, set[str]]]:
+    """Per source file, per line, the tests that ran it: one run of the whole suite in one
+    process under coverage, a context per test (kept by the sources' and tests' digest)."""
+    from coverage import CoverageData
+
+    tests = b"".join(p.read_bytes() for p in sorted((ROOT / "tests").rglob("*.py")))
+    key = hashlib.sha256(digest().encode() + tests).hexdigest()[:16]
+    data_file = Path(tempfile.gettempdir()) / f"qarm-mutation-coverage-{key}"
+    if not data_file.exists():
+        config = data_file.with_suffix(".rc")
+        config.write_text(f"[run]\nsource = {SRC}\ndynamic_context = test_function\n")
+        print("running the suite once under coverage, to pick each mutation's tests ...")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "coverage",
+                "run",
+                f"--rcfile={config}",
+                f"--data-file={data_file}.partial",
+                "-m",
+                "pytest",
+                "-q",
+                "-n",
+                "0",
+                "-p",
+                "no:cacheprovider",
+                "tests",
+            ],
+            capture_output=True,
+            cwd=ROOT,
+            check=False,
+        )
+        Path(f"{data_file}.partial").rename(data_file)
+    data = CoverageData(str(data_file))
+    data.read()
+    out: dict[str, dict[int, set[str]]] = {}
+    for measured in data.measured_files():
+        lines = data.contexts_by_lineno(measured)
+        # by the path inside the package: the data serves every checkout of these sources
+        out[Path(measured).as_posix().rpartition("/qarm_audit/")[2]] = {
+            n: {_node_id(c) for c in cs if c} for n, cs in lines.items()
+        }
+    return out
+
+
+def _node_id(context: str) -> str:
+    """``test_x.test_y`` or ``tests.test_x.Case.test_y`` as pytest's node id."""
+    parts = context.split(".")
+    if parts[0] == "tests":
+        parts = parts[1:]
+    return "::".join([f"tests/{parts[0]}.py", *parts[1:]])
+
+
+def selected(
+    covering: dict[str, dict[int, set[str]]], path: Path, text: str, original: str
+) -> list[str]:
+    """The tests that ran any line of ``original`` in ``path``."""
+    first = text.count("\n", 0, text.index(original)) + 1
+    lines = range(first, first + original.count("\n") + 1)
+    by_line = covering.get(path.relative_to(SRC).as_posix(), {})
+    return sorted(set().union(*(by_line.get(n, set()) for n in lines)))
+
+
 def main() -> int:
-    wanted = sys.argv[1:]
+    options = [a for a in sys.argv[1:] if a.startswith("--")]
+    wanted = [a for a in sys.argv[1:] if not a.startswith("--")]
+    covering = covering_tests() if "--by-coverage" in options else None
+    # --part K/N: every Nth mutation from the Kth, for N checkouts run side by side
+    part, parts = next(
+        (
+            tuple(map(int, a.removeprefix("--part=").split("/")))
+            for a in options
+            if a.startswith("--part=")
+        ),
+        (1, 1),
+    )
     before = digest()
     survived = []
-    for name, file, original, mutated in MUTATIONS:
-        if wanted and not any(w in name for w in wanted):
+    for index, (name, file, original, mutated) in enumerate(MUTATIONS):
+        if (wanted and not any(w in name for w in wanted)) or index % parts != part - 1:
             continue
         path = SRC / file
         text = path.read_text()
@@ -909,32 +1014,20 @@ def main() -> int:
             print(f"{name}: NOT APPLIED (pattern found {count} times)")
             survived.append(name)
             continue
+        tests = selected(covering, path, text, original) if covering is not None else []
         path.write_text(text.replace(original, mutated))
         try:
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-x",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    str(ROOT / "tests"),
-                    # red under every mutation (the mutated text is gone): it would hide a
-                    # mutation that nothing else measures
-                    "--deselect",
-                    "tests/test_mutants.py::test_every_mutation_of_the_checker_still_applies",
-                ],
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-            )
+            # the tests that ran the text first; the whole suite only when they stay green
+            done = pytest("-n", "0", *tests) if tests else None
+            # green, or nothing run (a test id that is not found exits 4): the whole suite
+            if done is None or done.returncode not in FAILED:
+                done = pytest(str(ROOT / "tests"))
         finally:
             path.write_text(text)
-        red = done.returncode != 0
-        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
-        print(f"{name}: {'red' if red else 'GREEN (survived)'} {failed[:1]}")
+        red = done.returncode in FAILED
+        lines = done.stdout.splitlines()
+        failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))] or lines[-1:]
+        print(f"{name}: {'red' if red else 'GREEN (survived)'} {failed[:1]}", flush=True)
         if not red:
             survived.append(name)
     assert digest() == before, "tree not restored"
