@@ -1,10 +1,10 @@
 """One thread that shuts sockets down when their deadlines pass, for every request at once.
 
 A timer thread per request would do the same, at the price of starting and stopping a thread
-for each of the hundreds of range reads of a large checkpoint (measured: a fifth of the Hub
-read's CPU at 0 ms latency). Here a request registers its socket and the moment it is due; the
-one thread sleeps until the earliest is due, and a request that ends first unregisters its
-sockets, after which they are never touched.
+for each of the hundreds of range reads of a large checkpoint (measured: a few per cent of a
+Hub audit's CPU at 0 ms latency, docs/performance.md). Here a request registers its socket and
+the moment it is due; the one thread sleeps until the earliest is due, and a request that ends
+first unregisters its sockets, after which they are never touched.
 """
 
 from __future__ import annotations
