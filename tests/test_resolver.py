@@ -153,6 +153,66 @@ def test_mixed_keyed_by_fused_experts_container() -> None:
     assert r.unmatched == []
 
 
+def _loop_and_bulk(document: dict, tensors: list[TensorEntry], **set_on: object):
+    """The resolution of ``tensors`` with a layer's members decided in bulk (the common path)
+    and with every member decided by the loop, and how many layers the bulk path took.
+    ``set_on`` is set on every expert module first (what the layer tree would set)."""
+    import qarm_audit.resolve.resolver as resolver
+
+    declaration = read_declaration({"hf_quant_config.json": json.dumps(document)})
+    modules = build_inventory(tensors)
+    for info in modules.values():
+        if ".experts." in info.name:
+            for field, value in set_on.items():
+                setattr(info, field, value)
+    bulk = resolver._ModelOpt._all_listed_alike
+    taken: list[bool] = []
+
+    def counted(self, once, members) -> bool:  # type: ignore[no-untyped-def]
+        taken.append(bulk(self, once, members))
+        return taken[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(resolver._ModelOpt, "_all_listed_alike", counted)
+        fast = resolve(declaration, modules)
+        patch.setattr(resolver._ModelOpt, "_all_listed_alike", lambda *_: False)
+        slow = resolve(declaration, modules)
+    return fast, slow, sum(taken)
+
+
+EXPERTS = [f"model.layers.{i}.mlp.experts.{e}.{p}" for i in (0, 1) for e in range(4) for p in "ab"]
+
+
+@pytest.mark.parametrize(
+    ("algos", "set_on", "bulk_layers"),
+    [
+        ({}, {}, 2),  # every expert listed, one algorithm per experts layer
+        ({}, {"quant_config": False}, 2),  # the engine builds the experts without one
+        ({}, {"layer_kind": "norm", "layer_class": "RMSNorm"}, 2),  # or as no linear
+        ({"model.layers.0.mlp.experts.2.a": "FP8"}, {}, 1),  # two algorithms in one layer
+        ({"model.layers.1.mlp.experts.3.b": None}, {}, 1),  # one expert not listed
+    ],
+)
+def test_layers_decided_in_bulk_decide_as_the_member_loop(
+    algos: dict, set_on: dict, bulk_layers: int
+) -> None:
+    layers = {name: {"quant_algo": "NVFP4"} for name in EXPERTS}
+    for name, algo in algos.items():
+        if algo is None:
+            del layers[name]
+        else:
+            layers[name] = {"quant_algo": algo}
+    fast, slow, taken = _loop_and_bulk(
+        modelopt("MIXED_PRECISION", layers=layers), entries(*EXPERTS), **set_on
+    )
+    assert taken == bulk_layers
+    assert fast.memberships == slow.memberships
+    assert list(fast.memberships) == list(slow.memberships)
+    assert fast.findings == slow.findings and fast.unmatched == slow.unmatched
+    if set_on:
+        assert {m.bucket for m in fast.memberships.values()} == {"unlisted"}
+
+
 def test_mixed_entry_with_no_module_is_unmatched() -> None:
     r = resolved(
         modelopt("MIXED_PRECISION", layers={"model.layers.9.mlp.down_proj": {"quant_algo": "FP8"}}),

@@ -11,6 +11,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import repeat
+from operator import attrgetter
 from typing import NamedTuple, TypeAlias, cast
 
 from ..declarations import CompressedTensorsRules, ModelOptRules
@@ -105,6 +108,11 @@ def _engine(
     return overrides[key] or membership
 
 
+_NAME, _BUCKET, _RULE = attrgetter("name"), attrgetter("bucket"), attrgetter("rule")
+_OVERRIDE_KEY = attrgetter("layer_kind", "quant_config", "layer_class")
+"""What :func:`layer_override` depends on."""
+
+
 def _is_fused(members: list[ModuleInfo]) -> bool:
     return len(members) > 1 and bool(members[0].fused_shards)
 
@@ -138,7 +146,7 @@ def experts_disagree(
     """One scheme per MoE layer: the engine decides the whole experts layer once."""
     if not engine_name.endswith(".experts") or len(members) < 2:
         return None
-    if len({memberships[m.name].bucket for m in members}) < 2:
+    if len(set(map(_BUCKET, map(memberships.__getitem__, map(_NAME, members))))) < 2:
         return None
     buckets: dict[str, list[str]] = {}
     for m in members:
@@ -238,8 +246,6 @@ class _ModelOpt:
         key names no checkpoint module or layer (vLLM maps any other key to the engine name
         of the module it names, so only such a key can name a layer by its engine name)."""
         if self.layers is not None:
-            self.order = {key: i for i, key in enumerate(self.layers)}
-            self.sorted_keys = sorted(self.layers)
             rest = [k for k in self.layers if k not in modules] if self.path else []
             if rest and not {info.engine_name for info in modules.values()}.issuperset(rest):
                 self.key_path = self.path
@@ -249,8 +255,11 @@ class _ModelOpt:
         for engine_name, members in groups.items():
             self._resolve_group(engine_name, members)
         if self.layers is not None:
-            used = {m.rule for m in self.out.memberships.values()} | set(groups)
-            unmatched = [k for k in self.layers if k not in used and k not in self.modules]
+            used = set(map(_RULE, self.out.memberships.values()))
+            used.update(groups)
+            # the keys left found in C (usually none), then taken in map order
+            left = self.layers.keys() - used - self.modules.keys()
+            unmatched = [k for k in self.layers if k in left] if left else []
             if unmatched and self.path is not None:
                 # a key in the engine's own naming names the module it is the engine name of
                 path = self.path
@@ -268,23 +277,60 @@ class _ModelOpt:
         if excluded is not None:
             memberships.update(dict.fromkeys([m.name for m in members], excluded))
         elif once is not None:
-            # a module listed by its own name, for the layer's algorithm, keeps that provenance
-            listed = cast("dict[str, str]", self.layers).get
-            overrides: Overrides = {}
-            for info in members:
-                name = info.name
-                algo = listed(name)
-                own = Membership(algo, "exact", name) if algo is not None else None
-                if own is None:
-                    own = self._mixed(info, engine_name)
-                agrees = own.how == "exact" and own.bucket == once.bucket
-                memberships[name] = _engine(own if agrees else once, info, overrides)
+            if not self._all_listed_alike(once, members):
+                self._members_of_layer(once, engine_name, members)
         else:
             for info in members:
                 chosen = (
                     self._single(info) if self.layers is None else self._mixed(info, engine_name)
                 )
                 memberships[info.name] = _engine(chosen, info)
+        self._after_group(engine_name, members, excluded)
+
+    def _members_of_layer(
+        self, once: Membership, engine_name: str, members: list[ModuleInfo]
+    ) -> None:
+        """The members of a layer decided ``once`` for all of them: a module listed by its own
+        name, for the layer's algorithm, keeps that provenance."""
+        listed = cast("dict[str, str]", self.layers).get
+        memberships = self.out.memberships
+        overrides: Overrides = {}
+        for info in members:
+            name = info.name
+            algo = listed(name)
+            own = Membership(algo, "exact", name) if algo is not None else None
+            if own is None:
+                own = self._mixed(info, engine_name)
+            agrees = own.how == "exact" and own.bucket == once.bucket
+            memberships[name] = _engine(own if agrees else once, info, overrides)
+
+    def _all_listed_alike(self, once: Membership, members: list[ModuleInfo]) -> bool:
+        """What :meth:`_members_of_layer` decides, built in C, for a layer whose members are
+        all listed by their own names for the layer's algorithm and built alike by the engine
+        (a MoE layer's thousand experts, the common case): each keeps its exact membership,
+        or all take the engine's override. False, having done nothing, for any other layer."""
+        if once.bucket in (EXCLUDED, UNLISTED):
+            return False
+        names = list(map(_NAME, members))
+        if set(map(cast("dict[str, str]", self.layers).get, names)) != {once.bucket}:
+            return False
+        kinds = set(map(_OVERRIDE_KEY, members))
+        if len(kinds) != 1:
+            return False
+        override = layer_override(members[0])
+        memberships = self.out.memberships
+        if override is not None:
+            memberships.update(dict.fromkeys(names, override))
+        else:
+            fields = zip(repeat(once.bucket), repeat("exact"), names)
+            built = map(tuple.__new__, repeat(Membership), fields)
+            memberships.update(zip(names, built, strict=True))
+        return True
+
+    def _after_group(
+        self, engine_name: str, members: list[ModuleInfo], excluded: Membership | None
+    ) -> None:
+        """The findings of one layer, once every member has its membership."""
         mixed = experts_disagree(engine_name, members, self.out.memberships)
         if mixed is not None:
             self.out.findings.append(mixed)
@@ -436,6 +482,15 @@ class _ModelOpt:
             if engine != name:
                 out += _language_model_aliases(engine)
         return out
+
+    @cached_property
+    def order(self) -> dict[str, int]:
+        """Each ``quantized_layers`` key's place in the map, built at the first prefix lookup."""
+        return {key: i for i, key in enumerate(cast("dict[str, str]", self.layers))}
+
+    @cached_property
+    def sorted_keys(self) -> list[str]:
+        return sorted(cast("dict[str, str]", self.layers))
 
     def _first_child(self, name: str) -> str | None:
         """vLLM's strategy 3: the first key, in map order, under ``name + '.'``."""

@@ -345,7 +345,8 @@ def _parse_strict(raw: bytes, file: str) -> Parsed:
     document = loads_strict(text, file)
     if not isinstance(document, dict):
         raise HeaderError(file, "header is not a JSON object")
-    if "-0" in text and _NEGATIVE_ZERO.search(text):  # rare: only then read every integer
+    # rare: only then read every integer ("-" first: one character is found at memchr's speed)
+    if "-" in text and "-0" in text and _NEGATIVE_ZERO.search(text):
         _refuse_negative_zero(text, file)
     metadata = document.pop("__metadata__", None)
     if metadata is not None and not (
@@ -395,7 +396,8 @@ def _parse_fast(raw: bytes) -> Parsed | None:
     must equal the keys kept (see :func:`loads_fast`)."""
     if raw[:1] != b"{" or not raw.isascii() or b"\\" in raw:
         return None
-    if b"-0" in raw and _NEGATIVE_ZERO_BYTES.search(raw):
+    # one byte is looked for at memchr's speed, two at a tenth of it: most headers hold no "-"
+    if b"-" in raw and b"-0" in raw and _NEGATIVE_ZERO_BYTES.search(raw):
         return None
     metadata: dict[str, str] | None = None
     body = raw
