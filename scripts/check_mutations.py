@@ -918,6 +918,10 @@ SUITE = [
     # nothing else measures
     "--deselect",
     "tests/test_mutants.py::test_every_mutation_of_the_checker_still_applies",
+    # red under every change to an engine profile's rules (docs/engines.md is generated from
+    # them), so it would hide a profile mutation that no test of the arm line measures
+    "--deselect",
+    "tests/test_engines.py::test_the_docs_list_every_rule_with_its_citation",
 ]
 
 
