@@ -1107,9 +1107,15 @@ def test_with_no_stdout_at_all_the_exit_code_is_still_the_audit_s(tmp_path: Path
 def test_ctrl_c_while_writing_exits_130(tmp_path: Path) -> None:
     """SIGINT to the real process, blocked writing a report nobody reads yet."""
 
-    process = _qarm("audit", *[clean_folder(tmp_path)] * 80, "-f", "json")
+    from processes import sigint_as_at_a_terminal
+
+    folders = [clean_folder(tmp_path)] * 80
+    process = _qarm("audit", *folders, "-f", "json", preexec_fn=sigint_as_at_a_terminal)
     assert process.stdout is not None and process.stderr is not None
-    assert process.stdout.read(1) == b"["  # writing; the pipe fills and the write blocks
+    first = process.stdout.read(1)  # writing; the pipe fills and the write blocks
+    if first != b"[":  # ended before writing: say how
+        process.wait(timeout=60)
+        pytest.fail(f"exit {process.returncode}, stdout {first!r}: {process.stderr.read()!r}")
     time.sleep(0.3)
     process.send_signal(signal.SIGINT)
     process.stdout.read()

@@ -23,6 +23,7 @@ import pytest
 from conftest import llama, modelopt_file, nvfp4_modelopt, write_checkpoint
 from hubserver import HubServer, RepoSpec
 from hubtesting import Sleeps, record_sleeps, serving
+from processes import sigint_as_at_a_terminal
 from qarm_audit.sources import open_source
 from qarm_audit.sources.hub import HubDeadlineError
 from qarm_audit.sources.hub.deadline import AUDIT_ENV, REQUEST_ENV
@@ -156,6 +157,7 @@ def test_ctrl_c_during_a_dripping_read_exits_130_at_once(
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=sigint_as_at_a_terminal,
     )
     try:
         for _ in range(600):  # until the dripping read has begun (at most 60 s)
