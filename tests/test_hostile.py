@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import modelopt_file, write_checkpoint
+from processes import sigint_as_at_a_terminal
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import (
@@ -1054,6 +1055,7 @@ def _qarm(*args: str | Path, **kwargs: Any) -> Any:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        preexec_fn=sigint_as_at_a_terminal,  # a test's Ctrl-C reaches it, as at a terminal
         **kwargs,
     )
 
@@ -1107,10 +1109,7 @@ def test_with_no_stdout_at_all_the_exit_code_is_still_the_audit_s(tmp_path: Path
 def test_ctrl_c_while_writing_exits_130(tmp_path: Path) -> None:
     """SIGINT to the real process, blocked writing a report nobody reads yet."""
 
-    from processes import sigint_as_at_a_terminal
-
-    folders = [clean_folder(tmp_path)] * 80
-    process = _qarm("audit", *folders, "-f", "json", preexec_fn=sigint_as_at_a_terminal)
+    process = _qarm("audit", *[clean_folder(tmp_path)] * 80, "-f", "json")
     assert process.stdout is not None and process.stderr is not None
     first = process.stdout.read(1)  # writing; the pipe fills and the write blocks
     if first != b"[":  # ended before writing: say how
