@@ -7,10 +7,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
 from .commands.audit import DEFAULT_ENGINE, ROUTING_CHOICES, audit
 from .engines.detect import select_engine
@@ -28,7 +27,6 @@ from .report.locate import source_file
 from .report.model import Report
 from .report.output import (
     Output,
-    ReportConsole,
     append_outputs,
     append_summary,
     echo,
@@ -41,11 +39,16 @@ from .report.policy import IgnoreRule, load_config_file, load_config_ignores, pa
 from .report.progress import HubProgress
 from .report.render_github import Annotations
 from .report.render_markdown import render_markdown_error
-from .report.render_table import render_table
 from .runtime import VERSION
 from .sources import Checkpoint, open_source, render_manifest, write_manifest
 from .sources.folders import checkpoint_folders
 from .sources.stdin import STDIN, read_stdin_manifest
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# rich (the terminal's tables) is imported where a table is drawn: a run writing JSON,
+# markdown or annotations does not load it.
 
 FAIL_ON = ("refusal", "warning", "never")
 
@@ -388,6 +391,9 @@ class _AuditRun:
         if self.to_terminal:
             if not first:
                 echo("\n")
+            from .report.console import ReportConsole
+            from .report.render_table import render_table
+
             render_table(report, ReportConsole(width=table_width()), scheme_map=o.show_map)
         elif o.fmt == "github":
             self.texts.append(self.annotations.report(report))
@@ -431,6 +437,10 @@ def _render(report: Report, fmt: str, show_map: bool) -> str:
     if fmt == "markdown":
         return render_markdown(report, scheme_map=show_map)
     from io import StringIO
+
+    from rich.console import Console
+
+    from .report.render_table import render_table
 
     buffer = StringIO()
     console = Console(file=buffer, width=table_width(to_stdout=False), color_system=None)
@@ -513,6 +523,10 @@ def _emit(
     table: Callable[[Console], None],
 ) -> None:
     """Write ``text()`` (JSON or markdown) or the rich ``table`` to ``out`` or stdout."""
+    from rich.console import Console
+
+    from .report.console import ReportConsole
+
     if fmt == "table" and out.path is None:
         table(ReportConsole())
         return

@@ -11,17 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import DeclarationError
 from ..findings import Finding, finding
 from ..sources.header import loads_strict
-from . import awq, gptq, mxfp4
-from . import bitsandbytes as bnb
-from . import compressed_tensors as ct
-from . import fp8 as native_fp8
 from . import modelopt as mo
 from .rules import (
     AwqRules,
@@ -34,6 +30,12 @@ from .rules import (
     Mxfp4Rules,
 )
 from .schemes import Scheme, modelopt_scheme
+
+if TYPE_CHECKING:
+    from . import compressed_tensors as ct
+
+# Each other format's models are imported by its reader, when a declaration names it: a
+# process builds the pydantic models of the formats it reads, not of every format.
 
 __all__ = [
     "AwqRules",
@@ -349,6 +351,8 @@ def _sparsity_targets(config: dict[str, Any] | None) -> tuple[str, ...]:
 
 
 def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    from . import compressed_tensors as ct
+
     parsed: ct.CompressedTensorsConfig = _validate(
         ct.CompressedTensorsConfig, candidate.block, candidate.where
     )
@@ -426,6 +430,8 @@ def _one_scheme(
 
 
 def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    from . import fp8 as native_fp8
+
     parsed: native_fp8.Fp8Config = _validate(native_fp8.Fp8Config, candidate.block, candidate.where)
     notes = _unknown_keys(parsed, candidate.where)
     scheme = native_fp8.to_scheme(parsed)
@@ -435,6 +441,8 @@ def _fp8_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
 
 
 def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    from . import bitsandbytes as bnb
+
     parsed: bnb.BnbConfig = _validate(bnb.BnbConfig, candidate.block, candidate.where)
     notes = _unknown_keys(parsed, candidate.where)
     scheme = bnb.to_scheme(parsed)
@@ -448,6 +456,8 @@ def _bnb_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
 
 
 def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    from . import gptq
+
     parsed: gptq.GptqConfig = _validate(gptq.GptqConfig, candidate.block, candidate.where)
     notes = _unknown_keys(parsed, candidate.where)
     scheme = gptq.base_scheme(parsed)
@@ -479,6 +489,8 @@ def _gptq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Dec
 
 
 def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    from . import awq
+
     parsed: awq.AwqConfig = _validate(awq.AwqConfig, candidate.block, candidate.where)
     notes = _unknown_keys(parsed, candidate.where) + awq.version_unread(parsed, candidate.where)
     scheme = awq.to_scheme(parsed)
@@ -487,6 +499,8 @@ def _awq_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decl
 
 
 def _mxfp4_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Declaration:
+    from . import mxfp4
+
     parsed: mxfp4.Mxfp4Config = _validate(mxfp4.Mxfp4Config, candidate.block, candidate.where)
     model_type = candidate.config.get("model_type")
     model_type = model_type if isinstance(model_type, str) else ""

@@ -22,8 +22,11 @@ Stderr lines go through :func:`visible`.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.text import Text
+
 
 _HIDDEN = re.compile(
     "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
@@ -136,6 +139,8 @@ def md_fence(lines: list[str], info: str = "text") -> list[str]:
 def term(text: str, style: str = "") -> Text:
     """A rich ``Text`` of ``text`` made :func:`visible`: rich reads no markup in it. For a table
     cell (each of its lines starts with the table's border)."""
+    from rich.text import Text  # here: only a table imports rich
+
     return Text(visible(text), style=style)
 
 
@@ -156,6 +161,8 @@ def term_dotted(text: str, width: int, style: str = "") -> Text:
                 line = ""
             line += piece
     lines.append(line)
+    from rich.text import Text
+
     return Text("\n".join(lines), style=style)
 
 
@@ -163,6 +170,8 @@ def term_line(text: str, style: str = "") -> Text:
     """A line of its own, as :func:`term` but never wrapped (print it with ``crop=False``): no
     string from outside can be pushed to the start of a line (a ``::error`` command to a CI
     runner reading the log); the terminal wraps it for the eye."""
+    from rich.text import Text
+
     return Text(visible(text), style=style, no_wrap=True, overflow="ignore")
 
 

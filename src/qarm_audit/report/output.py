@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from ..errors import OutputError, UsageError
 from .escape import visible
@@ -106,14 +105,6 @@ def echo(text: str) -> None:
     try:
         click.echo(text, nl=False)
     except BrokenPipeError:
-        stdout_gone()
-
-
-class ReportConsole(Console):
-    """rich's console, except that a closed stdout does not end the process with exit 1."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
         stdout_gone()
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from typing import TYPE_CHECKING
 
-from .output import ReportConsole, say
+from .output import say
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class HubProgress:
@@ -27,6 +30,10 @@ class HubProgress:
 
         # HF_HUB_DISABLE_PROGRESS_BARS (or disable_progress_bars()) silences qarm's bar too
         if self.bar and total and not are_progress_bars_disabled():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            from .console import ReportConsole
+
             self.progress = Progress(
                 TextColumn("reading headers"),
                 BarColumn(),
