@@ -391,3 +391,21 @@ def test_a_modelopt_group_size_is_checked_in_config_groups_and_in_either_file(
         .group_size
         == 16
     )
+
+
+def test_a_mixed_map_makes_one_scheme_per_algorithm_from_its_first_entry() -> None:
+    layers = {
+        "model.layers.0.mlp.down_proj": {"quant_algo": "fp8_pb_wo"},
+        "model.layers.0.mlp.up_proj": {"quant_algo": "NVFP4", "group_size": 16},
+        "model.layers.1.mlp.down_proj": {"quant_algo": "fp8_pb_wo"},
+        "model.layers.1.mlp.up_proj": {"quant_algo": "NVFP4", "group_size": 32},
+    }
+    doc = {"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}}
+    d = read_declaration({"hf_quant_config.json": json.dumps(doc)})
+    assert list(d.schemes) == ["fp8_pb_wo", "NVFP4"]
+    assert d.schemes["NVFP4"].group_size == 16
+    assert d.modelopt is not None and d.modelopt.layers == {
+        module: entry["quant_algo"] for module, entry in layers.items()
+    }
+    [note] = [f for f in d.findings if f.code == "lowercase-algo"]
+    assert "'model.layers.0.mlp.down_proj'" in note.message

@@ -323,3 +323,15 @@ def test_an_index_as_transformers_writes_it_takes_the_typed_path() -> None:
         "weight_map": {"a:b": "model-1.safetensors"},
         "metadata": {"total_size": 8},
     }
+
+
+def test_the_fast_path_holds_one_string_per_dtype_and_leaves_unknown_ones_to_the_strict() -> None:
+    raw = (
+        b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+        b'"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
+    )
+    parsed = header_module._parse_fast(raw)
+    assert parsed is not None
+    first, second = parsed[1]
+    assert first.dtype is second.dtype
+    assert header_module._parse_fast(raw.replace(b'"F32"', b'"F31"', 1)) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -256,6 +257,9 @@ def _modelopt(candidate: _Candidate) -> tuple[mo.Normalized, BaseModel]:
         raise DeclarationError(candidate.where, str(exc)) from None
 
 
+_QUANT_ALGO = attrgetter("quant_algo")
+
+
 def _modelopt_declaration(
     candidate: _Candidate, considered: tuple[str, ...], group_size: int | None = None
 ) -> Declaration:
@@ -295,18 +299,20 @@ def _modelopt_declaration(
                 kv=kv,
                 reason="MIXED_PRECISION without a quantized_layers map",
             )
-        layers = {}
-        for module, entry in norm.quantized_layers.items():
-            if entry.quant_algo not in schemes:
-                schemes[entry.quant_algo] = modelopt_scheme(entry.quant_algo, entry.group_size)
-                if entry.quant_algo != entry.quant_algo.upper():
-                    notes.append(
-                        finding(
-                            "lowercase-algo",
-                            f"quantized_layers entry {module!r}: {entry.quant_algo!r}",
-                        )
+        # in C: a MoE map lists hundreds of thousands of modules and a few algorithms
+        modules, entries = list(norm.quantized_layers), list(norm.quantized_layers.values())
+        algos = list(map(_QUANT_ALGO, entries))
+        layers = dict(zip(modules, algos, strict=True))
+        for each in dict.fromkeys(algos):
+            first = algos.index(each)  # a scheme is made from the first entry of its algorithm
+            schemes[each] = modelopt_scheme(each, entries[first].group_size)
+            if each != each.upper():
+                notes.append(
+                    finding(
+                        "lowercase-algo",
+                        f"quantized_layers entry {modules[first]!r}: {each!r}",
                     )
-            layers[module] = entry.quant_algo
+                )
     else:
         default = modelopt_scheme(algo, norm.group_size or group_size)
         schemes[algo] = default

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable
 from itertools import chain, repeat
 from operator import attrgetter, eq, itemgetter, sub
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 import orjson
@@ -360,10 +360,18 @@ def _parse_strict(raw: bytes, file: str) -> Parsed:
 _NEGATIVE_ZERO_BYTES = re.compile(_NEGATIVE_ZERO.pattern.encode())
 
 
+if TYPE_CHECKING:
+    _Dtype = str
+else:
+    # decoded as the one string of each known dtype, not a string per tensor; an unknown
+    # dtype fails the typed decode, and the strict parse names it
+    _Dtype = Literal[tuple(DTYPE_BITS)]
+
+
 class _Entry(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """One header entry exactly as the format defines it; msgspec checks every type in C."""
 
-    dtype: str
+    dtype: _Dtype
     shape: tuple[Annotated[int, msgspec.Meta(ge=0, lt=MAX_DIM)], ...]
     data_offsets: tuple[
         Annotated[int, msgspec.Meta(ge=0, lt=MAX_DIM)],
@@ -380,7 +388,6 @@ container, so its end is the first ``}`` (strings hold no brace: the text has no
 the match starts at the text's first quote)."""
 _ENTRY_DTYPE, _ENTRY_SHAPE = attrgetter("dtype"), attrgetter("shape")
 _ENTRY_OFFSETS = attrgetter("data_offsets")
-_DTYPE_NAMES = {dtype: dtype for dtype in DTYPE_BITS}
 
 
 def _parse_fast(raw: bytes) -> Parsed | None:
@@ -389,11 +396,11 @@ def _parse_fast(raw: bytes) -> Parsed | None:
     the slow way).
 
     Sound here: ASCII without a backslash (every string spelled as it decodes), no ``-0``,
-    ``__metadata__`` absent or first and strings to strings, every entry exactly ``dtype`` /
-    ``shape`` / ``data_offsets`` of the right types and bounds (checked by the typed decode, so
-    no other object, no float, no bool is anywhere), and no key written twice: every ``:``
-    outside a string separates one key, so the text's colons less those inside its strings
-    must equal the keys kept (see :func:`loads_fast`)."""
+    ``__metadata__`` absent or first and strings to strings, every entry exactly ``dtype`` (a
+    known one) / ``shape`` / ``data_offsets`` of the right types and bounds (checked by the
+    typed decode, so no other object, no float, no bool is anywhere), and no key written
+    twice: every ``:`` outside a string separates one key, so the text's colons less those
+    inside its strings must equal the keys kept (see :func:`loads_fast`)."""
     if raw[:1] != b"{" or not raw.isascii() or b"\\" in raw:
         return None
     # one byte is looked for at memchr's speed, two at a tenth of it: most headers hold no "-"
@@ -428,8 +435,6 @@ def _parse_fast(raw: bytes) -> Parsed | None:
         return None  # a second one
     values = document.values()
     dtypes = list(map(_ENTRY_DTYPE, values))
-    if any(":" in dtype for dtype in set(dtypes)):
-        return None  # not a safetensors dtype anyway; the strict parse names it
     colons += 4 * len(dtypes) + "".join(document).count(":")
     if raw.count(b":") != colons:
         return None
@@ -438,7 +443,6 @@ def _parse_fast(raw: bytes) -> Parsed | None:
     # a few dozen of each, and memory first touched costs time of its own
     shapes = list(map(_ENTRY_SHAPE, values))
     shapes = list(map({}.setdefault, shapes, shapes))
-    dtypes = list(map(_DTYPE_NAMES.get, dtypes, dtypes))
     fields = zip(document, dtypes, shapes, offsets[0::2], offsets[1::2], strict=True)
     entries = list(map(tuple.__new__, repeat(TensorEntry), fields))
     return metadata, entries
