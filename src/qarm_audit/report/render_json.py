@@ -22,14 +22,17 @@ def render_json(report: Report) -> str:
     key out), takes pydantic's own path."""
     rows = report.modules
     if rows and set(map(tuple, rows)) != {_ROW_KEYS}:
-        return report.model_dump_json(indent=2) + "\n"
+        return _by_pydantic(report)
     rest = report.model_dump(mode="json", exclude={"modules"})
     document = {name: rows if name == "modules" else rest[name] for name in _FIELDS}
     try:
-        text = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
     except orjson.JSONEncodeError:
-        return report.model_dump_json(indent=2) + "\n"
-    return text.decode() + "\n"
+        return _by_pydantic(report)
+
+
+def _by_pydantic(report: Report) -> str:
+    return report.model_dump_json(indent=2) + "\n"
 
 
 _ROW_KEYS = tuple(ModuleRow.__annotations__)

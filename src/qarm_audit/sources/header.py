@@ -439,8 +439,8 @@ def _parse_fast(raw: bytes) -> Parsed | None:
     if raw.count(b":") != colons:
         return None
     offsets = list(chain.from_iterable(map(_ENTRY_OFFSETS, values)))
-    # one object per distinct dtype and shape, not one per tensor: a million entries hold
-    # a few dozen of each, and memory first touched costs time of its own
+    # one object per distinct shape (and, by _Dtype, dtype), not one per tensor: a million
+    # entries hold a few dozen of each, and memory first touched costs time of its own
     shapes = list(map(_ENTRY_SHAPE, values))
     shapes = list(map({}.setdefault, shapes, shapes))
     fields = zip(document, dtypes, shapes, offsets[0::2], offsets[1::2], strict=True)
