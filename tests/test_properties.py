@@ -321,8 +321,8 @@ def test_the_experts_layer_of_any_text_is_what_the_regex_takes(name: str) -> Non
 
 
 def test_the_experts_layers_worked_out_per_parent_are_those_of_each_name() -> None:
-    """experts_layers (the inventory's and the layer tree's) decides once per parent; every
-    name gets what experts_layer says."""
+    """experts_layers decides once per parent; every name gets what experts_layer says, as
+    its engine name and as the experts layer the layer tree takes from the inventory."""
     names = [
         f"{head}{middle}{number}.{leaf}"
         for head, middle, number, leaf in itertools.product(_PIECES, _MIDDLES, _NUMBERS, _PIECES)
@@ -332,6 +332,7 @@ def test_the_experts_layers_worked_out_per_parent_are_those_of_each_name() -> No
     assign_engine_names(modules)
     for name, info in modules.items():
         assert info.engine_name == (experts_layer(name) or name), name
+        assert info.experts == (experts_layer(name) or ""), name
 
 
 def _entry_bytes(entry: TensorEntry) -> int:

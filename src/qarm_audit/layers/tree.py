@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from operator import attrgetter
 
-from ..modules.inventory import ModuleInfo, experts_layers
+from ..modules.inventory import ModuleInfo
 from .facts import ArchitectureFacts, EngineFacts, LayerFact, Packing, Rename
 from .model_config import ModelConfig
 
@@ -130,8 +130,8 @@ def _modelled(
     own = _fusing(arch.packings, arch, config)
     nested = [(scope, _fusing(scope.packings, arch, config)) for scope in arch.nested]
     kinds: dict[tuple[str, str, bool, bool, str], tuple[str, str, bool]] = {}
-    for info, experts in zip(modules.values(), experts_layers(modules), strict=True):
-        info.engine_name, info.fused_shards = experts or info.name, ()
+    for info in modules.values():
+        info.engine_name, info.fused_shards = info.experts or info.name, ()
     routers = _routers(modules)
     # per engine layer, not per module: a MoE layer's experts share one path
     paths: dict[str, tuple[str, str]] = {}

@@ -68,6 +68,10 @@ class ModuleInfo:
     """``linear``, ``embedding`` or ``other`` (norms, convolutions, containers)."""
     engine_name: str = ""
     """The module the engine builds for it: ``qkv_proj`` for ``q_proj``, ``experts`` for experts."""
+    experts: str = ""
+    """``X.experts`` for a routed expert ``X.experts.<n>.<leaf>`` (:func:`experts_layer` of its
+    name), else ``""``; set with the engine name, so the layer tree need not split every name
+    again."""
     fused_shards: tuple[str, ...] = ()
     """For a shard of a fused module: every shard of that module present in the checkpoint."""
     layer_kind: str = ""
@@ -224,6 +228,7 @@ def engine_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, list[ModuleInf
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:
     """Name each module as the engine does: fused shards and routed experts share one module."""
     for info, experts in zip(modules.values(), experts_layers(modules), strict=True):
+        info.experts = experts
         if experts:
             info.engine_name = experts
             continue
