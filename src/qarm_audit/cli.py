@@ -39,7 +39,7 @@ from .report.policy import IgnoreRule, load_config_file, load_config_ignores, pa
 from .report.progress import HubProgress
 from .report.render_github import Annotations
 from .report.render_markdown import render_markdown_error
-from .runtime import VERSION
+from .runtime import VERSION, exit_without_teardown
 from .sources import Checkpoint, open_source, render_manifest, write_manifest
 from .sources.folders import checkpoint_folders
 from .sources.stdin import STDIN, read_stdin_manifest
@@ -505,8 +505,12 @@ def schema_command() -> None:
 
 
 def main() -> None:
-    """Console entry point."""
-    cli(prog_name="qarm")
+    """Console entry point: the process ends without the interpreter's teardown once
+    everything is written (see :func:`~qarm_audit.runtime.exit_without_teardown`)."""
+    try:
+        cli(prog_name="qarm")
+    except SystemExit as exc:
+        exit_without_teardown(exc.code)
 
 
 # --- diff and explain ----------------------------------------------------------------------------

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 VERSION = "0.1.0"
 """The package version (``qarm --version``, the Hub user agent); pyproject.toml states it too."""
@@ -25,3 +30,35 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def exit_without_teardown(code: str | int | None) -> NoReturn:
+    """End the process as ``sys.exit(code)`` would, without the interpreter's teardown.
+
+    Freeing every object a large audit built, and every module, changes nothing the process
+    wrote and takes a tenth of a second or more (mypy ends its runs the same way). Both streams
+    are flushed and every exit handler (``atexit``) runs, as at an ordinary exit. The ordinary
+    exit is taken instead where it would do more than that: a code that is not a number (it is
+    printed), a stream that cannot be flushed (the interpreter reports it and exits 120), or a
+    thread the interpreter would wait for that is still running. A stream that an exit
+    handler leaves unflushable ends the process with 120, as the interpreter would.
+    """
+    if code is not None and not isinstance(code, int):
+        raise SystemExit(code)
+    main = threading.main_thread()
+    if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        raise SystemExit(code)
+    if not _flushed():
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    os._exit((code or 0) if _flushed() else 120)
+
+
+def _flushed() -> bool:
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return False
+    return True
