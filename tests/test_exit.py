@@ -1,9 +1,10 @@
-"""The process ends without the interpreter's teardown, and with everything an exit does.
+"""The process runs with the collector paused and ends without the interpreter's teardown,
+with everything an exit does.
 
 ``qarm`` ends through :func:`~qarm_audit.runtime.exit_without_teardown`: its output flushed, its
 exit handlers run, its exit code the one earned, and no time spent freeing what it built. Each
-case runs a real process that watches for the teardown: an object whose finaliser writes to
-stderr when the interpreter frees it.
+case runs a real process that watches for the teardown (an object whose finaliser writes to
+stderr when the interpreter frees it) or for the collector (``gc.callbacks``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ watched = Watched()
 atexit.register(lambda: sys.stderr.write("exit handler ran\\n"))
 """
 
-MAIN = """
+IMPORT = """
 from qarm_audit.cli import main
+"""
+
+CALL = """
 sys.argv = ["qarm", *sys.argv[1:]]
 main()
 """
+
+MAIN = IMPORT + CALL
 
 SEED = str(MANIFESTS / "seed-nvfp4-w4a4.manifest.json")
 
@@ -54,6 +60,20 @@ def test_an_audit_writes_its_report_and_ends_without_teardown() -> None:
     assert json.loads(done.stdout)["totals"]["tensors"] == 2194  # all of it, flushed
     assert "exit handler ran" in done.stderr
     assert "torn down" not in done.stderr
+
+
+def test_the_command_runs_with_the_collector_paused() -> None:
+    """No collection from the command's start to its end (each walked every object alive);
+    imports, before the command, are not counted."""
+    counted = """
+import gc
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info))
+atexit.register(lambda: sys.stderr.write(f"{len(collections)} collections\\n"))
+"""
+    done = _run(IMPORT + counted + CALL, "audit", SEED, "-f", "json")
+    assert done.returncode == 0, done.stderr
+    assert "\n0 collections\n" in "\n" + done.stderr
 
 
 def test_the_exit_code_is_the_one_earned() -> None:
