@@ -35,9 +35,10 @@ def collector_paused() -> Iterator[None]:
 def exit_without_teardown(code: str | int | None) -> NoReturn:
     """End the process as ``sys.exit(code)`` would, without the interpreter's teardown.
 
-    Freeing every object a large audit built, and every module, changes nothing the process
-    wrote and takes a tenth of a second or more (mypy ends its runs the same way). Both streams
-    are flushed and every exit handler (``atexit``) runs, as at an ordinary exit. The ordinary
+    Freeing every object the process built, and every module, changes nothing it wrote (a
+    tenth of a second at the end of a Hub audit, which holds huggingface_hub's client and its
+    modules besides the report). Both streams are flushed and every exit handler (``atexit``)
+    runs, as at an ordinary exit. The ordinary
     exit is taken instead where it would do more than that: a code that is not a number (it is
     printed), a stream that cannot be flushed (the interpreter reports it and exits 120), or a
     thread the interpreter would wait for that is still running. A stream that an exit
