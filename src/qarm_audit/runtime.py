@@ -38,11 +38,11 @@ def exit_without_teardown(code: str | int | None) -> NoReturn:
     Freeing every object the process built, and every module, changes nothing it wrote (a
     tenth of a second at the end of a Hub audit, which holds huggingface_hub's client and its
     modules besides the report). Both streams are flushed and every exit handler (``atexit``)
-    runs, as at an ordinary exit. The ordinary
-    exit is taken instead where it would do more than that: a code that is not a number (it is
-    printed), a stream that cannot be flushed (the interpreter reports it and exits 120), or a
-    thread the interpreter would wait for that is still running. A stream that an exit
-    handler leaves unflushable ends the process with 120, as the interpreter would.
+    runs, as at an ordinary exit. The ordinary exit is taken instead where it would do more
+    than that: a code that is not a number (it is printed), a stream that cannot be flushed
+    (the interpreter reports it and exits 120), or a thread the interpreter would wait for
+    that is still running. A stream that an exit handler leaves unflushable ends the process
+    with 120, as the interpreter would.
     """
     if code is not None and not isinstance(code, int):
         raise SystemExit(code)
