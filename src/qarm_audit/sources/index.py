@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import msgspec
+import orjson
 
 from ..errors import HeaderError, ShardIndexError
-from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex
+from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex, ShardHeader
 from .header import loads_strict
 
 
@@ -19,6 +20,9 @@ from .header import loads_strict
 class ShardIndex:
     weight_map: dict[str, str]
     total_size: int | None
+    from_headers: bool = False
+    """``weight_map`` is proven to be every header name -> its shard (see
+    :func:`index_of_headers`): the integrity check need not look each name up again."""
 
     @cached_property
     def shard_files(self) -> list[str]:
@@ -79,6 +83,49 @@ def _parse_typed(text: str) -> dict[str, Any] | None:
     if colons != keys and colons != keys + sum("".join(part).count(":") for part in strings):
         return None
     return document
+
+
+def index_of_headers(
+    raw: bytes, shards: Sequence[ShardHeader]
+) -> tuple[ShardIndex, list[ShardHeader]] | None:
+    """The index and the shards it names, in its order, when ``raw`` is byte for byte what
+    ``transformers`` writes for these headers (``json.dumps(indent=2, sort_keys=True)``, with
+    or without a final newline); None otherwise, and the index is parsed and checked by name.
+
+    Equal bytes prove at once that the text is JSON with no key twice, that its weight_map is
+    exactly every header name -> its shard, and that no name is in two shards; so a million
+    names are neither parsed again nor looked up. orjson writes the text to compare (its
+    sorted keys are in code point order, as Python's are); the keys before ``weight_map``
+    (``metadata``) are parsed by the strict parser from the text's head."""
+    cut = raw.find(b'\n  "weight_map": {')
+    if cut < 0:
+        return None
+    try:
+        rest = loads_strict(raw[:cut].rstrip(b",").decode() + "}", INDEX_FILE)
+    except (HeaderError, UnicodeDecodeError):
+        return None
+    if not isinstance(rest, dict) or "weight_map" in rest:
+        return None
+    named = [shard for shard in shards if shard.tensors]
+    if not named:
+        return None
+    # first mention in the sorted text: the shards by their least name
+    named.sort(key=lambda shard: min(entry[0] for entry in shard.tensors))
+    weight_map: dict[str, str] = {}
+    for shard in named:
+        weight_map.update(dict.fromkeys([entry[0] for entry in shard.tensors], shard.file))
+    if len(weight_map) != sum(len(shard.tensors) for shard in named):
+        return None  # a name in two shards: the integrity check names it
+    try:
+        written = orjson.dumps(
+            {**rest, "weight_map": weight_map}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+        )
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits: the text is parsed instead
+        return None
+    if not (raw.startswith(written) and raw[len(written) :] in (b"", b"\n")):
+        return None
+    index = _index(rest, weight_map, INDEX_FILE)
+    return ShardIndex(index.weight_map, index.total_size, from_headers=True), named
 
 
 def _index(document: dict[str, Any], weight_map: dict[str, str], where: str) -> ShardIndex:

@@ -47,7 +47,7 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
     if not checkpoint.shards:
         return None, []
     parsed = checkpoint.parsed_index
-    if parsed is not None and _agrees(parsed.weight_map, checkpoint):
+    if parsed is not None and (parsed.from_headers or _agrees(parsed.weight_map, checkpoint)):
         owner = parsed.weight_map  # the same mapping, proven without building it again
     else:
         owner = header_owners(checkpoint)

@@ -1,6 +1,7 @@
 """A checkpoint folder on disk: a plain folder or a Hugging Face cache snapshot.
 
-Only the declaration documents, the index and each shard's 8-byte prefix and header are read.
+Only the declaration documents, the index and the 8-byte prefix and header of each
+``.safetensors`` file at the top of the folder (and of each shard the index names) are read.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import FetchError, ShardIndexError, SourceSpecError
+from ..errors import FetchError, QarmError, ShardIndexError, SourceSpecError
 from .checkpoint import DECLARATION_FILES, INDEX_FILE, SINGLE_FILE, Checkpoint, Origin, ShardHeader
 from .header import HEADER_CAP, length_prefix, parse_header
-from .index import ShardIndex, parse_index
+from .index import ShardIndex, index_of_headers, parse_index
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
@@ -23,13 +24,21 @@ READ_CAP = 64 * 1024
 
 def read_text(path: Path, where: str, cap: int = DOCUMENT_CAP) -> str:
     """Read a UTF-8 document, bounded in size."""
+    return _decode(read_document(path, where, cap), where)
+
+
+def read_document(path: Path, where: str, cap: int = DOCUMENT_CAP) -> bytes:
+    """Read a document's bytes, bounded in size."""
     try:
         size = path.stat().st_size
         if size > cap:
             raise SourceSpecError(where, f"{size} bytes is above the {cap}-byte document cap")
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _decode(data: bytes, where: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -132,9 +141,16 @@ def read_folder(root: Path, location: str) -> Checkpoint:
             documents[name] = read_text(_contained(candidate, allowed, name), name)
     index_text: str | None = None
     index: ShardIndex | None = None
+    read: dict[str, ShardHeader] = {}
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
-        index_text = read_text(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
+        raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
+        read = _listed_shards(root, allowed)
+        proven = index_of_headers(raw, list(read.values()))
+        if proven is not None:
+            index, named = proven
+            return _checkpoint(origin, documents, raw.decode(), named, root, allowed, index)
+        index_text = _decode(raw, INDEX_FILE)
         index = parse_index(index_text)
         shard_files = index.shard_files
     elif _present(root / SINGLE_FILE, SINGLE_FILE):
@@ -150,14 +166,46 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         path = root / file
         if not _present(path, file):
             raise ShardIndexError(INDEX_FILE, f"names shard {file!r}, which is not in {location}")
-        shards.append(read_local_shard(_contained(path, allowed, file), file))
+        real = _contained(path, allowed, file)
+        shards.append(read.get(file) or read_local_shard(real, file))
     if not documents and not shards:
         raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
+    return _checkpoint(origin, documents, index_text, shards, root, allowed, index)
+
+
+def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:
+    """The header of every ``.safetensors`` file at the top of the folder that reads cleanly,
+    by name: what an index usually names, read before the index is parsed so that
+    :func:`index_of_headers` can prove the two agree. A file that does not read is left out
+    here; if the index names it, it is read again in the index's order and refused there."""
+    read: dict[str, ShardHeader] = {}
+    try:
+        found = sorted(p.name for p in root.glob("*.safetensors"))
+    except OSError:
+        return read
+    for file in found:
+        try:
+            if _present(root / file, file):
+                read[file] = read_local_shard(_contained(root / file, allowed, file), file)
+        except QarmError:
+            continue
+    return read
+
+
+def _checkpoint(
+    origin: Origin,
+    documents: dict[str, str],
+    index_text: str | None,
+    shards: list[ShardHeader],
+    root: Path,
+    allowed: Path,
+    index: ShardIndex | None,
+) -> Checkpoint:
     return Checkpoint(
         origin=origin,
         documents=documents,
         index_text=index_text,
         shards=tuple(shards),
-        read_bytes=LocalBytes(root, allowed, frozenset(shard_files)),
+        read_bytes=LocalBytes(root, allowed, frozenset(shard.file for shard in shards)),
         parsed_index=index,
     )

@@ -1,0 +1,174 @@
+"""A folder's index proven against its headers by rendering it from them (``index_of_headers``):
+the same checkpoint as parsing the index and looking every name up, and every disagreement
+still found, when the index is written as ``transformers`` writes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import write_safetensors
+from qarm_audit import audit
+from qarm_audit.errors import QarmError
+from qarm_audit.sources import open_source
+from qarm_audit.sources.index import ShardIndex, parse_index
+
+INDEX = "model.safetensors.index.json"
+FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+
+
+def transformers_index(weight_map: dict[str, str], total_size: int | None, tail: str = "\n") -> str:
+    """The text ``transformers`` writes (``save_pretrained``'s sharded index)."""
+    document: dict[str, Any] = {"weight_map": weight_map}
+    if total_size is not None:
+        document["metadata"] = {"total_size": total_size}
+    return json.dumps(document, indent=2, sort_keys=True) + tail
+
+
+def folder(
+    root: Path,
+    shards: dict[str, dict[str, Any]],
+    weight_map: dict[str, str] | None = None,
+    total_size: int | None = None,
+    tail: str = "\n",
+) -> Path:
+    for file, tensors in shards.items():
+        write_safetensors(root / file, tensors)
+    if weight_map is None:
+        weight_map = {name: file for file, tensors in shards.items() for name in tensors}
+    if total_size is None:
+        total_size = 8 * sum(len(tensors) for tensors in shards.values())
+    (root / INDEX).write_text(transformers_index(weight_map, total_size, tail))
+    return root
+
+
+TWO = {
+    FIRST: {"a.weight": ("F32", (2,)), "c.weight": ("F32", (2,))},
+    SECOND: {"b.weight": ("F32", (2,))},
+}
+
+
+def parsed(root: Path) -> ShardIndex:
+    return parse_index((root / INDEX).read_text())
+
+
+@pytest.mark.parametrize("tail", ["\n", ""])
+def test_an_index_written_by_transformers_is_proven_and_the_checkpoint_is_the_parsed_one(
+    tmp_path: Path, tail: str
+) -> None:
+    # first mention in the sorted index: SECOND (its "a...") before FIRST
+    shards = {
+        FIRST: {"z.weight": ("F32", (2,)), "b.weight": ("F32", (2,))},
+        SECOND: {"a.weight": ("F32", (2,))},
+    }
+    root = folder(tmp_path, shards, tail=tail)
+    checkpoint = open_source(str(root))
+    index = checkpoint.parsed_index
+    assert index is not None and index.from_headers
+    assert index.weight_map == parsed(root).weight_map
+    assert index.shard_files == parsed(root).shard_files == [SECOND, FIRST]
+    assert [shard.file for shard in checkpoint.shards] == [SECOND, FIRST]
+    assert index.total_size == 24
+    assert checkpoint.index_text == (root / INDEX).read_text()
+    assert audit(str(root)).refusals == []
+
+
+def test_an_index_written_otherwise_is_parsed_and_gives_the_same_checkpoint(tmp_path: Path) -> None:
+    proven = folder(tmp_path / "proven", TWO)
+    other = folder(tmp_path / "other", TWO)
+    document = json.loads((other / INDEX).read_text())
+    (other / INDEX).write_text(json.dumps(document))  # compact: not what is rendered
+    a, b = open_source(str(proven)), open_source(str(other))
+    assert a.parsed_index is not None and a.parsed_index.from_headers
+    assert b.parsed_index is not None and not b.parsed_index.from_headers
+    assert a.shards == b.shards
+    assert a.parsed_index.weight_map == b.parsed_index.weight_map
+    assert a.parsed_index.shard_files == b.parsed_index.shard_files
+
+
+DISAGREEING = [
+    ("swapped", {"a.weight": SECOND, "b.weight": FIRST, "c.weight": FIRST}, "index-disagrees"),
+    (
+        "ghost",
+        {"a.weight": FIRST, "b.weight": SECOND, "c.weight": FIRST, "d.weight": FIRST},
+        "index-disagrees",
+    ),
+    ("unlisted", {"a.weight": FIRST, "b.weight": SECOND}, "index-disagrees"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "weight_map", "code"), DISAGREEING, ids=[c[0] for c in DISAGREEING]
+)
+def test_an_index_in_transformers_form_that_disagrees_is_refused(
+    tmp_path: Path, case: str, weight_map: dict[str, str], code: str
+) -> None:
+    root = folder(tmp_path, TWO, weight_map)
+    index = open_source(str(root)).parsed_index
+    assert index is not None and not index.from_headers
+    assert code in [r.code for r in audit(str(root)).refusals]
+
+
+def test_a_wrong_total_size_in_transformers_form_is_refused(tmp_path: Path) -> None:
+    root = folder(tmp_path, TWO, total_size=25)
+    assert [r.code for r in audit(str(root)).refusals] == ["index-total-size"]
+
+
+def test_a_key_written_twice_is_refused_as_the_parser_refuses_it(tmp_path: Path) -> None:
+    root = folder(tmp_path, TWO)
+    text = (root / INDEX).read_text()
+    line = f'    "b.weight": "{SECOND}",\n'
+    assert line in text
+    (root / INDEX).write_text(text.replace(line, line + line))
+    with pytest.raises(QarmError, match="duplicate"):
+        open_source(str(root))
+
+
+def test_a_name_in_two_shards_is_refused_by_name(tmp_path: Path) -> None:
+    shards = {
+        FIRST: {"a.weight": ("F32", (2,)), "c.weight": ("F32", (2,))},
+        SECOND: {"a.weight": ("F32", (2,)), "b.weight": ("F32", (2,))},
+    }
+    weight_map = {"a.weight": SECOND, "b.weight": SECOND, "c.weight": FIRST}
+    root = folder(tmp_path, shards, weight_map)
+    index = open_source(str(root)).parsed_index
+    assert index is not None and not index.from_headers
+    with pytest.raises(QarmError, match="duplicate name"):
+        audit(str(root))
+
+
+def test_a_safetensors_file_the_index_does_not_name_is_not_audited(tmp_path: Path) -> None:
+    """Mistral-style repos ship ``consolidated.safetensors`` beside the shards: it is read while
+    guessing the shards, but the checkpoint is the index's, as before."""
+    root = folder(tmp_path, TWO)
+    write_safetensors(root / "consolidated.safetensors", {"a.weight": ("F32", (2,))})
+    checkpoint = open_source(str(root))
+    assert [shard.file for shard in checkpoint.shards] == [FIRST, SECOND]
+    assert checkpoint.parsed_index is not None and not checkpoint.parsed_index.from_headers
+    assert audit(str(root)).totals.tensors == 3
+
+
+def test_an_unreadable_file_the_index_does_not_name_stops_nothing(tmp_path: Path) -> None:
+    root = folder(tmp_path, TWO)
+    (root / "broken.safetensors").write_bytes(b"\xff" * 16)
+    checkpoint = open_source(str(root))
+    assert checkpoint.parsed_index is not None and checkpoint.parsed_index.from_headers
+    assert [shard.file for shard in checkpoint.shards] == [FIRST, SECOND]
+
+
+def test_an_unreadable_shard_the_index_names_is_refused_by_its_name(tmp_path: Path) -> None:
+    root = folder(tmp_path, TWO)
+    (root / SECOND).write_bytes(b"\xff" * 16)
+    with pytest.raises(QarmError) as info:
+        open_source(str(root))
+    assert SECOND in str(info.value)
+
+
+def test_an_index_of_no_names_beside_no_shard_is_still_nothing_to_audit(tmp_path: Path) -> None:
+    (tmp_path / INDEX).write_text(transformers_index({}, 0))
+    write_safetensors(tmp_path / "empty.safetensors", {})
+    with pytest.raises(QarmError, match="holds no declaration document"):
+        open_source(str(tmp_path))
