@@ -435,8 +435,10 @@ def _parse_fast(raw: bytes) -> Parsed | None:
         return None  # a second one
     values = document.values()
     dtypes = list(map(_ENTRY_DTYPE, values))
-    colons += 4 * len(dtypes) + "".join(document).count(":")
-    if raw.count(b":") != colons:
+    colons += 4 * len(dtypes)
+    written = raw.count(b":")
+    # equal before the names' own colons are counted proves it alone: none lost, none in a name
+    if written != colons and written != colons + "".join(document).count(":"):
         return None
     offsets = list(chain.from_iterable(map(_ENTRY_OFFSETS, values)))
     # one object per distinct shape (and, by _Dtype, dtype), not one per tensor: a million
