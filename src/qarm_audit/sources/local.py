@@ -167,7 +167,7 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         if not _present(path, file):
             raise ShardIndexError(INDEX_FILE, f"names shard {file!r}, which is not in {location}")
         real = _contained(path, allowed, file)
-        shards.append(read.get(file) or read_local_shard(real, file))
+        shards.append(read[file] if file in read else read_local_shard(real, file))
     if not documents and not shards:
         raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
     return _checkpoint(origin, documents, index_text, shards, root, allowed, index)
