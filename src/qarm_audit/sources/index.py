@@ -111,9 +111,7 @@ def index_of_headers(
         return None
     # first mention in the sorted text: the shards by their least name
     named.sort(key=lambda shard: min(entry[0] for entry in shard.tensors))
-    weight_map: dict[str, str] = {}
-    for shard in named:
-        weight_map.update(dict.fromkeys([entry[0] for entry in shard.tensors], shard.file))
+    weight_map = header_owners(named)
     if len(weight_map) != sum(len(shard.tensors) for shard in named):
         return None  # a name in two shards: the integrity check names it
     try:
@@ -166,10 +164,10 @@ def render_derived(derived: DerivedIndex, weight_map: dict[str, str]) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + derived.tail
 
 
-def header_owners(checkpoint: Checkpoint) -> dict[str, str]:
+def header_owners(shards: Iterable[ShardHeader]) -> dict[str, str]:
     """Every header name -> the shard whose header lists it (the last one, for a duplicate)."""
     owner: dict[str, str] = {}
-    for shard in checkpoint.shards:
+    for shard in shards:
         owner.update(dict.fromkeys([entry[0] for entry in shard.tensors], shard.file))
     return owner
 
@@ -188,7 +186,7 @@ def derive_index(checkpoint: Checkpoint) -> DerivedIndex | None:
         return None
     if not isinstance(document, dict) or "weight_map" not in document:
         return None
-    owner = header_owners(checkpoint)
+    owner = header_owners(checkpoint.shards)
     if len(owner) != sum(len(shard.tensors) for shard in checkpoint.shards):
         return None  # a name twice: keep the text, let the integrity check name it
     rest = {key: value for key, value in document.items() if key != "weight_map"}
@@ -202,12 +200,12 @@ def derive_index(checkpoint: Checkpoint) -> DerivedIndex | None:
 def index_text_of(checkpoint: Checkpoint) -> str | None:
     """The index text verbatim, whichever way the checkpoint holds it."""
     if checkpoint.derived_index is not None:
-        return render_derived(checkpoint.derived_index, header_owners(checkpoint))
+        return render_derived(checkpoint.derived_index, header_owners(checkpoint.shards))
     return checkpoint.index_text
 
 
 def load_index(checkpoint: Checkpoint, owner: dict[str, str]) -> ShardIndex | None:
-    """The checkpoint's index, parsed once; ``owner`` is :func:`header_owners`."""
+    """The checkpoint's index, parsed once; ``owner`` is :func:`header_owners` of its shards."""
     if checkpoint.parsed_index is not None:
         return checkpoint.parsed_index
     if checkpoint.index_text is not None:

@@ -50,7 +50,7 @@ def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[
     if parsed is not None and (parsed.from_headers or _agrees(parsed.weight_map, checkpoint)):
         owner = parsed.weight_map  # the same mapping, proven without building it again
     else:
-        owner = header_owners(checkpoint)
+        owner = header_owners(checkpoint.shards)
     if len(owner) != sum(len(shard.tensors) for shard in checkpoint.shards):
         first: dict[str, str] = {}
         for shard in checkpoint.shards:
