@@ -39,7 +39,7 @@ from .report.policy import IgnoreRule, load_config_file, load_config_ignores, pa
 from .report.progress import HubProgress
 from .report.render_github import Annotations
 from .report.render_markdown import render_markdown_error
-from .runtime import VERSION, collector_paused, exit_without_teardown
+from .runtime import VERSION, collector_paused, exit_without_teardown, hold_until_exit
 from .sources import Checkpoint, open_source, render_manifest, write_manifest
 from .sources.folders import checkpoint_folders
 from .sources.stdin import STDIN, read_stdin_manifest
@@ -511,7 +511,9 @@ def main() -> None:
     report of a MoE checkpoint: 40 ms). An audit leaves some 50 to 400 objects in cycles, so
     even a long run of many sources holds little. The process then ends without the
     interpreter's teardown once everything is written
-    (:func:`~qarm_audit.runtime.exit_without_teardown`)."""
+    (:func:`~qarm_audit.runtime.exit_without_teardown`), and what the last audit built is
+    not freed before then (:func:`~qarm_audit.runtime.hold_until_exit`)."""
+    hold_until_exit()
     with collector_paused():
         try:
             cli(prog_name="qarm")

@@ -41,7 +41,7 @@ from ..report.policy import IgnoreRule, apply_ignores
 from ..resolve import resolve
 from ..resolve.producer import disagreements, producer_cannot_compile, producer_view
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
-from ..runtime import collector_paused
+from ..runtime import collector_paused, held
 from ..sources import Checkpoint, open_source
 from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
@@ -237,6 +237,8 @@ def _audit(
         if by_severity[Severity.WARNING]
         else "clean"
     )
+    # freed at the process's end, not here, when it ends without teardown (the CLI)
+    held(checkpoint, tensors, modules, tree, resolution, producer, alike, spellings)
     origin = checkpoint.origin
     # Built from typed parts (every nested model validated where it was made); not validating
     # the whole again saves a pass over every module row. Tests validate the JSON it renders.
