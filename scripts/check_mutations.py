@@ -287,7 +287,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      '    if not (raw.startswith(written) and raw[len(written) :] in (b"", b"\\n")):',
      "    if False:"),
     ("index-of-headers-in-first-mention-order", "sources/index.py",
-     "    named.sort(key=lambda shard: min(entry[0] for entry in shard.tensors))\n",
+     "    named.sort(key=lambda shard: min(map(_NAME, shard.tensors)))\n",
      "\n"),
     ("index-of-headers-name-in-two-shards", "sources/index.py",
      "    if len(weight_map) != sum(len(shard.tensors) for shard in named):",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from math import prod
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
@@ -150,7 +152,7 @@ def _audit(
     findings.extend(_declaration_refusals(declaration, checkpoint))
     findings.extend(declaration_refusals(profile, declaration))
     findings.extend(_unread_findings(checkpoint))
-    tensors = [entry for shard in checkpoint.shards for entry in shard.tensors]
+    tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
     modules = build_inventory(tensors)
     tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
     findings.extend(tree_findings(tree))
@@ -275,19 +277,29 @@ def _module_rows(
 ) -> list[ModuleRow]:
     """One row per module, sorted (validated once, with the report)."""
     names = sorted(modules)
+    # each column looked up in C, then unpacked: a MoE report holds a quarter million rows
+    resolved = list(map(memberships.__getitem__, names))
+    counts = list(map(len, map(_OPERANDS, map(modules.__getitem__, names))))
     return [
         {
             "module": name,
-            "bucket": membership.bucket,
-            "how": membership.how,
-            "rule": membership.rule,
-            "tensors": len(modules[name].operands),
+            "bucket": bucket,
+            "how": how,
+            "rule": rule,
+            "tensors": count,
             "shipped": spelling.family if spelling is not None else "kv-only",
         }
-        for name, membership, spelling in zip(
-            names, map(memberships.__getitem__, names), map(spellings.get, names), strict=True
+        for name, (bucket, how, rule), count, spelling in zip(
+            names,
+            resolved,
+            counts,
+            map(spellings.get, names),
+            strict=True,
         )
     ]
+
+
+_OPERANDS = attrgetter("operands")
 
 
 def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:

@@ -118,7 +118,9 @@ class Normalized(BaseModel):
 
 def normalize_file(config: HfQuantConfig) -> Normalized:
     q = config.quantization
-    return Normalized(
+    # every part is validated already: validating a MoE's layer map again is a pass over
+    # hundreds of thousands of entries
+    return Normalized.model_construct(
         quant_algo=q.quant_algo,
         kv_algo=q.kv_cache_quant_algo,
         group_size=q.group_size,
@@ -184,7 +186,7 @@ def normalize_inline(config: InlineConfig) -> Normalized:
     group = config.group_size or (nested.group_size if nested else None)
     if group is None:
         group = _group_size_of_groups(config.config_groups)
-    return Normalized(
+    return Normalized.model_construct(  # validated parts, as in normalize_file
         quant_algo=algo,
         kv_algo=kv,
         group_size=group,

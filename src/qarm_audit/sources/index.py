@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -110,7 +111,7 @@ def index_of_headers(
     if not named:
         return None
     # first mention in the sorted text: the shards by their least name
-    named.sort(key=lambda shard: min(entry[0] for entry in shard.tensors))
+    named.sort(key=lambda shard: min(map(_NAME, shard.tensors)))
     weight_map = header_owners(named)
     if len(weight_map) != sum(len(shard.tensors) for shard in named):
         return None  # a name in two shards: the integrity check names it
@@ -164,11 +165,14 @@ def render_derived(derived: DerivedIndex, weight_map: dict[str, str]) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + derived.tail
 
 
+_NAME = itemgetter(0)
+
+
 def header_owners(shards: Iterable[ShardHeader]) -> dict[str, str]:
     """Every header name -> the shard whose header lists it (the last one, for a duplicate)."""
     owner: dict[str, str] = {}
     for shard in shards:
-        owner.update(dict.fromkeys([entry[0] for entry in shard.tensors], shard.file))
+        owner.update(dict.fromkeys(map(_NAME, shard.tensors), shard.file))
     return owner
 
 
