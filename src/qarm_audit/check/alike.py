@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..modules.inventory import ModuleInfo, layout_key
+from ..modules.inventory import ModuleInfo, layout_of
 from ..resolve.resolver import Membership
 from .spelling import Spelling
 
@@ -39,9 +39,10 @@ def group_alike(
     """Groups in the order of their first member; members in module order. ``spellings``, when
     the cross-check has run already, gives each group its spelling."""
     groups: dict[tuple[object, ...], Alike] = {}
-    for name, info in modules.items():
-        membership = memberships[name]
-        key = (layout_key(info), info.kind, membership.bucket, membership.how)
+    members = zip(modules.values(), map(memberships.__getitem__, modules), strict=True)
+    for info, membership in members:
+        # layout_key and the bucket and how by position, inline: once per module of a MoE
+        key = (info.layout or layout_of(info.operands), info.kind, membership[0], membership[1])
         group = groups.get(key)
         if group is None:
             group = groups[key] = Alike(membership)

@@ -101,6 +101,8 @@ class _CompressedTensorsProducer:
         self.ignore_regex = [i for i in rules.ignore if i.startswith("re:")]
         self.ignore_first = FirstMatch([i[3:] for i in self.ignore_regex], "ignore")
         self.class_ignored: dict[tuple[str, ...], str | None] = {}
+        self.made: dict[tuple[str, str], Membership] = {}
+        """One membership per target and way it matched: a MoE's experts share one."""
         self.class_target: dict[tuple[str, ...], str | None] = {}
         """The first class, in sorted order, that the ignore list or the targets name: per set
         of classes (a checkpoint has a handful), not per module."""
@@ -131,8 +133,11 @@ class _CompressedTensorsProducer:
             return Membership(EXCLUDED, how, ignored)
         if classes not in (LINEAR_MRO, EMBEDDING_MRO):
             return Membership(UNLISTED, "not-a-linear", classes[0])
-        target, how = matched
-        return Membership(self.rules.targets[target], how, target)
+        found = self.made.get(matched)
+        if found is None:
+            target, how = matched
+            found = self.made[matched] = Membership(self.rules.targets[target], how, target)
+        return found
 
     def _target(self, name: str, classes: tuple[str, ...]) -> tuple[str, str] | None:
         """Name matches first (the exact name, then ``re:`` targets in sorted order), then

@@ -541,6 +541,10 @@ class _CompressedTensors:
         self.regex_targets = [(i, t) for i, t in enumerate(targets) if t.startswith("re:")]
         self.target_regex = FirstMatch([form(t[3:]) for _, t in self.regex_targets], "targets")
         self.targets = targets
+        self.made: dict[tuple[int, str], Membership] = {}
+        """One membership per target and way it matched (a MoE's experts share one)."""
+        self.ignored_by: dict[int, Membership] = {}
+        """One membership per ignore pattern."""
 
     def run(self) -> Resolution:
         groups = engine_layers(self.modules)
@@ -624,9 +628,13 @@ class _CompressedTensors:
         if name in self.ignore_exact or engine in self.ignore_exact:
             return Membership(EXCLUDED, "exact", name if name in self.ignore_exact else engine)
         i = self.ignore_regex.first(engine)
-        if i is not None:
-            return Membership(EXCLUDED, "regex", "re:" + self.ignore_regex_src[i])
-        return None
+        if i is None:
+            return None
+        found = self.ignored_by.get(i)
+        if found is None:
+            rule = "re:" + self.ignore_regex_src[i]
+            found = self.ignored_by[i] = Membership(EXCLUDED, "regex", rule)
+        return found
 
     def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
         """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
@@ -654,5 +662,8 @@ class _CompressedTensors:
             best = (self.regex_targets[j][0], "regex")
         if best is None:
             return self._class_target(info) or _UNLISTED
-        target = self.targets[best[0]]
-        return Membership(self.rules.targets[target], best[1], target)
+        found = self.made.get(best)
+        if found is None:
+            target = self.targets[best[0]]
+            found = self.made[best] = Membership(self.rules.targets[target], best[1], target)
+        return found
