@@ -197,6 +197,20 @@ def test_no_control_sequence_reaches_the_table_the_files_or_the_summary(
         assert visible(ESCAPES) in shown_text(text)
 
 
+def test_json_on_stdout_spells_every_control_character_as_an_escape(
+    tmp_path: Path, run: Any
+) -> None:
+    """JSON reaches stdout unstripped (it can hold no raw escape sequence): the name comes
+    back whole from the JSON, and no ESC, BEL or backspace is in the text."""
+    root = hostile_checkpoint(tmp_path / "ckpt", ESCAPES, "module")
+    result = run("audit", root, "-f", "json")
+    assert result.exit_code == ExitCode.FINDINGS, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\x08" not in result.stdout
+    modules = [row["module"] for row in json.loads(result.stdout)["modules"]]
+    assert any(ESCAPES in module for module in modules), modules
+
+
 def test_rich_markup_in_a_name_is_shown_as_written(tmp_path: Path, run: Any) -> None:
     """A config_groups name "[/bold]" made the default table of a clean checkpoint exit 3
     (MarkupError); "[red]" in a module name was swallowed, naming a module that does not exist."""

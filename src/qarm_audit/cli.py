@@ -416,12 +416,12 @@ class _AuditRun:
                 if self.reports or self.count > 1:
                     self.out.write(text)
             else:
-                echo(text)
+                echo(text, json=o.fmt == "json")
         if json_out is not None and (self.reports or self.count > 1):
             if json_out.path is not None:
                 json_out.write(self._json())
             else:
-                echo(self._json())
+                echo(self._json(), json=True)
         if self.summary and self.summaries:
             append_summary(Path(self.summary), "".join(self.summaries))
         if self.outputs:

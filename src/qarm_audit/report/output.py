@@ -100,10 +100,14 @@ def stdout_gone() -> None:
         os.close(devnull)
 
 
-def echo(text: str) -> None:
-    """Write ``text`` to stdout as is; a closed pipe ends the writing quietly."""
+def echo(text: str, *, json: bool = False) -> None:
+    """Write ``text`` to stdout as is; a closed pipe ends the writing quietly.
+
+    ``json``: the text is JSON, which spells every control character as an escape, so it holds
+    no terminal escape sequence for click to strip on a pipe (a regex pass over a report of
+    tens of megabytes)."""
     try:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=True if json else None)
     except BrokenPipeError:
         stdout_gone()
 

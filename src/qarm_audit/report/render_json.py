@@ -26,7 +26,7 @@ def render_json(report: Report) -> str:
     rest = report.model_dump(mode="json", exclude={"modules"})
     document = {name: rows if name == "modules" else rest[name] for name in _FIELDS}
     try:
-        return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+        return orjson.dumps(document, option=_LAYOUT).decode()
     except orjson.JSONEncodeError:
         return _by_pydantic(report)
 
@@ -36,6 +36,7 @@ def _by_pydantic(report: Report) -> str:
 
 
 _ROW_KEYS = tuple(ModuleRow.__annotations__)
+_LAYOUT = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE  # the newline without a copy
 _FIELDS = tuple(Report.model_fields)
 
 
