@@ -19,6 +19,7 @@ from .report import (
     FORMATS,
     json_schema,
     render_json,
+    render_json_bytes,
     render_markdown,
     verdict_line,
 )
@@ -406,31 +407,27 @@ class _AuditRun:
 
     def _finish(self, json_out: Output | None) -> None:
         o = self.o
-        if o.fmt == "json":
-            self.texts = [self._json()] if self.reports or self.count > 1 else []
+        any_report = bool(self.reports) or self.count > 1
         if o.fmt == "github":
             self.texts.append(self.annotations.close())
-        if not self.to_terminal:
+        if o.fmt == "json":
+            if any_report:
+                self.out.put(self._json())
+        elif not self.to_terminal:
             text = ("\n" if o.fmt in ("table", "markdown") else "").join(self.texts)
-            if self.out.path is not None:
-                if self.reports or self.count > 1:
-                    self.out.write(text)
-            else:
-                echo(text, json=o.fmt == "json")
-        if json_out is not None and (self.reports or self.count > 1):
-            if json_out.path is not None:
-                json_out.write(self._json())
-            else:
-                echo(self._json(), json=True)
+            if self.out.path is None or any_report:
+                self.out.put(text)
+        if json_out is not None and any_report:
+            json_out.put(self._json())
         if self.summary and self.summaries:
             append_summary(Path(self.summary), "".join(self.summaries))
         if self.outputs:
             append_outputs(Path(self.outputs), step_outputs(self.reports, self.failed, self.worst))
 
-    def _json(self) -> str:
+    def _json(self) -> bytes:
         if self.count == 1 and self.reports:
-            return render_json(self.reports[0])
-        return _json_array(self.reports)
+            return render_json_bytes(self.reports[0])
+        return _json_array(self.reports).encode()
 
 
 def _render(report: Report, fmt: str, show_map: bool) -> str:

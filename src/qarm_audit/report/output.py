@@ -100,14 +100,12 @@ def stdout_gone() -> None:
         os.close(devnull)
 
 
-def echo(text: str, *, json: bool = False) -> None:
-    """Write ``text`` to stdout as is; a closed pipe ends the writing quietly.
-
-    ``json``: the text is JSON, which spells every control character as an escape, so it holds
-    no terminal escape sequence for click to strip on a pipe (a regex pass over a report of
-    tens of megabytes)."""
+def echo(text: str | bytes) -> None:
+    """Write ``text`` to stdout as is; a closed pipe ends the writing quietly. Bytes (a JSON
+    report) go to the binary stream as they are: click strips terminal escape sequences from
+    text only, and JSON spells every control character as an escape."""
     try:
-        click.echo(text, nl=False, color=True if json else None)
+        click.echo(text, nl=False)
     except BrokenPipeError:
         stdout_gone()
 
@@ -163,16 +161,25 @@ class Output:
         finally:
             out.discard()
 
-    def write(self, text: str) -> None:
-        """Write the whole report, or raise an :class:`OutputError` naming the target."""
+    def put(self, text: str | bytes) -> None:
+        """Write the whole report where it goes: stdout, or the file (see :meth:`write`)."""
+        if self.path is None:
+            echo(text)
+        else:
+            self.write(text)
+
+    def write(self, text: str | bytes) -> None:
+        """Write the whole report (text as UTF-8), or raise an :class:`OutputError` naming the
+        target."""
         assert self.path is not None and self.target is not None
+        data = text.encode() if isinstance(text, str) else text
         try:
             if self.temp is None:
-                with self.target.open("w", encoding="utf-8") as handle:
-                    handle.write(text)
+                with self.target.open("wb") as handle:
+                    handle.write(data)
                 return
-            with self.temp.open("w", encoding="utf-8") as handle:
-                handle.write(text)
+            with self.temp.open("wb") as handle:
+                handle.write(data)
             mode = self.target.stat().st_mode & 0o7777 if self.target.exists() else None
             if mode is None:
                 umask = os.umask(0)

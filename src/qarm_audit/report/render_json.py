@@ -14,25 +14,31 @@ SCHEMA_ID = f"https://github.com/qarm-audit/qarm-audit/schema/report-{SCHEMA_VER
 
 
 def render_json(report: Report) -> str:
-    """``report.model_dump_json(indent=2)``, byte for byte, with the module rows (a MoE report
-    holds hundreds of thousands) written by orjson: pydantic dumps the rest, and orjson writes
-    the whole with the same two-space layout and the same escapes (``tests/test_render_json.py``
-    compares the two on every code point). What orjson cannot write as pydantic does, an
-    integer beyond 64 bits, or rows whose keys are not the row type's (pydantic leaves an extra
-    key out), takes pydantic's own path."""
+    """``report.model_dump_json(indent=2)``, byte for byte (see :func:`render_json_bytes`)."""
+    return render_json_bytes(report).decode()
+
+
+def render_json_bytes(report: Report) -> bytes:
+    """``report.model_dump_json(indent=2)`` and a newline, UTF-8, byte for byte, with the module
+    rows (a MoE report holds hundreds of thousands) written by orjson: pydantic dumps the rest,
+    and orjson writes the whole with the same two-space layout and the same escapes
+    (``tests/test_render_json.py`` compares the two on every code point). What orjson cannot
+    write as pydantic does, an integer beyond 64 bits, or rows whose keys are not the row
+    type's (pydantic leaves an extra key out), takes pydantic's own path. Bytes, so that a
+    report of tens of megabytes is written out without being decoded and encoded again."""
     rows = report.modules
     if rows and set(map(tuple, rows)) != {_ROW_KEYS}:
         return _by_pydantic(report)
     rest = report.model_dump(mode="json", exclude={"modules"})
     document = {name: rows if name == "modules" else rest[name] for name in _FIELDS}
     try:
-        return orjson.dumps(document, option=_LAYOUT).decode()
+        return orjson.dumps(document, option=_LAYOUT)
     except orjson.JSONEncodeError:
         return _by_pydantic(report)
 
 
-def _by_pydantic(report: Report) -> str:
-    return report.model_dump_json(indent=2) + "\n"
+def _by_pydantic(report: Report) -> bytes:
+    return (report.model_dump_json(indent=2) + "\n").encode()
 
 
 _ROW_KEYS = tuple(ModuleRow.__annotations__)
