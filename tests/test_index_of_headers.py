@@ -8,13 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import write_safetensors
 from qarm_audit import audit
 from qarm_audit.errors import QarmError
 from qarm_audit.sources import open_source
-from qarm_audit.sources.index import ShardIndex, parse_index
+from qarm_audit.sources.index import (
+    ShardIndex,
+    _dumps_writes_the_same,
+    index_text_of,
+    parse_index,
+)
 
 INDEX = "model.safetensors.index.json"
 FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
@@ -72,8 +80,57 @@ def test_an_index_written_by_transformers_is_proven_and_the_checkpoint_is_the_pa
     assert index.shard_files == parsed(root).shard_files == [SECOND, FIRST]
     assert [shard.file for shard in checkpoint.shards] == [SECOND, FIRST]
     assert index.total_size == 24
-    assert checkpoint.index_text == (root / INDEX).read_text()
+    # held as the rule transformers wrote it by, which renders the file again
+    assert checkpoint.index_text is None and checkpoint.derived_index is not None
+    assert index_text_of(checkpoint) == (root / INDEX).read_text()
     assert audit(str(root)).refusals == []
+
+
+@pytest.mark.parametrize(
+    ("name", "rest"),
+    [
+        ("caf\u00e9.weight", {"metadata": {"total_size": 8}}),
+        ("del\x7f.weight", {"metadata": {"total_size": 8}}),
+        ("a.weight", {"metadata": {"total_size": 8, "ratio": 0.5}}),
+    ],
+)
+def test_an_index_json_dumps_would_spell_otherwise_is_kept_as_text(
+    tmp_path: Path, name: str, rest: dict[str, Any]
+) -> None:
+    """Proven by orjson's rendering, but json.dumps (which a derived index renders with)
+    escapes non-ASCII and DEL and spells floats its own way: the text is kept verbatim."""
+    write_safetensors(tmp_path / FIRST, {name: ("F32", (2,))})
+    text = orjson.dumps(
+        {**rest, "weight_map": {name: FIRST}}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    ).decode()
+    (tmp_path / INDEX).write_text(text, encoding="utf-8")
+    checkpoint = open_source(str(tmp_path))
+    assert checkpoint.parsed_index is not None and checkpoint.parsed_index.from_headers
+    assert checkpoint.derived_index is None
+    assert checkpoint.index_text == text
+
+
+_ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=126), max_size=8)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | _ASCII,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ASCII, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    rest=st.dictionaries(_ASCII.filter(lambda k: k != "weight_map"), _VALUES, max_size=3),
+    weight_map=st.dictionaries(_ASCII, _ASCII, max_size=6),
+)
+def test_json_dumps_writes_what_orjson_writes_where_the_rule_is_kept(
+    rest: dict[str, Any], weight_map: dict[str, str]
+) -> None:
+    """The ground of index_of_headers' derived index: on ASCII text without DEL and without a
+    float, json.dumps(indent=2, sort_keys=True) and orjson's indented sorted output agree."""
+    document = {**rest, "weight_map": weight_map}
+    written = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    assert _dumps_writes_the_same(written, rest)
+    assert json.dumps(document, indent=2, sort_keys=True).encode() == written
 
 
 def test_an_index_written_otherwise_is_parsed_and_gives_the_same_checkpoint(tmp_path: Path) -> None:

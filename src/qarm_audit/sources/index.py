@@ -88,10 +88,12 @@ def _parse_typed(text: str) -> dict[str, Any] | None:
 
 def index_of_headers(
     raw: bytes, shards: Sequence[ShardHeader]
-) -> tuple[ShardIndex, list[ShardHeader]] | None:
+) -> tuple[ShardIndex, list[ShardHeader], DerivedIndex | None] | None:
     """The index and the shards it names, in its order, when ``raw`` is byte for byte what
     ``transformers`` writes for these headers (``json.dumps(indent=2, sort_keys=True)``, with
     or without a final newline); None otherwise, and the index is parsed and checked by name.
+    The third part is the index as a rule over the headers, where ``json.dumps`` writes the
+    same bytes as orjson: the checkpoint then holds that rule, not a copy of the text.
 
     Equal bytes prove at once that the text is JSON with no key twice, that its weight_map is
     exactly every header name -> its shard, and that no name is in two shards; so a million
@@ -124,7 +126,31 @@ def index_of_headers(
     if not (raw.startswith(written) and raw[len(written) :] in (b"", b"\n")):
         return None
     index = _index(rest, weight_map, INDEX_FILE)
-    return ShardIndex(index.weight_map, index.total_size, from_headers=True), named
+    derived = (
+        DerivedIndex(rest=rest, tail=raw[len(written) :].decode())
+        if _dumps_writes_the_same(raw, rest)
+        else None
+    )
+    return ShardIndex(index.weight_map, index.total_size, from_headers=True), named, derived
+
+
+def _dumps_writes_the_same(raw: bytes, rest: dict[str, Any]) -> bool:
+    """Whether ``json.dumps(indent=2, sort_keys=True)`` writes the text orjson wrote, so that
+    a :class:`DerivedIndex` stands for it: ASCII without DEL (json escapes it, orjson does
+    not; non-ASCII json escapes too) and no float in the keys before ``weight_map`` (the two
+    spell some floats differently). Proven on generated documents by
+    ``tests/test_index_of_headers.py``."""
+    return raw.isascii() and b"\x7f" not in raw and not _holds_float(rest)
+
+
+def _holds_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(map(_holds_float, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_float, value))
+    return False
 
 
 def _index(document: dict[str, Any], weight_map: dict[str, str], where: str) -> ShardIndex:

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FetchError, QarmError, ShardIndexError, SourceSpecError
-from .checkpoint import DECLARATION_FILES, INDEX_FILE, SINGLE_FILE, Checkpoint, Origin, ShardHeader
+from .checkpoint import (
+    DECLARATION_FILES,
+    INDEX_FILE,
+    SINGLE_FILE,
+    Checkpoint,
+    DerivedIndex,
+    Origin,
+    ShardHeader,
+)
 from .header import HEADER_CAP, length_prefix, parse_header
 from .index import ShardIndex, index_of_headers, parse_index
 
@@ -148,8 +156,9 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         read = _listed_shards(root, allowed)
         proven = index_of_headers(raw, list(read.values()))
         if proven is not None:
-            index, named = proven
-            return _checkpoint(origin, documents, raw.decode(), named, root, allowed, index)
+            index, named, derived = proven
+            text = None if derived is not None else raw.decode()
+            return _checkpoint(origin, documents, text, named, root, allowed, index, derived)
         index_text = _decode(raw, INDEX_FILE)
         index = parse_index(index_text)
         shard_files = index.shard_files
@@ -200,6 +209,7 @@ def _checkpoint(
     root: Path,
     allowed: Path,
     index: ShardIndex | None,
+    derived: DerivedIndex | None = None,
 ) -> Checkpoint:
     return Checkpoint(
         origin=origin,
@@ -207,5 +217,6 @@ def _checkpoint(
         index_text=index_text,
         shards=tuple(shards),
         read_bytes=LocalBytes(root, allowed, frozenset(shard.file for shard in shards)),
+        derived_index=derived,
         parsed_index=index,
     )
