@@ -212,7 +212,7 @@ def test_the_fast_header_parse_is_the_strict_one_or_no_answer(raw: bytes) -> Non
     fast = header_module._parse_fast(raw)
     slow = header_outcome(lambda: header_module._parse_strict(raw, "h.safetensors"))
     if fast is not None:
-        assert header_outcome(lambda: fast) == slow
+        assert header_outcome(lambda: fast[:2]) == slow
     size = 8 + len(raw) + 1024
     assert outcome_of_parse(raw, size) == outcome_of_parse(raw, size, fast_path=False)
 
@@ -235,6 +235,7 @@ def test_a_sound_header_takes_the_fast_path() -> None:
     assert header_module._parse_fast(raw) == (
         {"format": "pt"},
         [("a:b", "F32", (2,), 0, 8)],
+        (["F32"], [(2,)], [0], [8]),
     )
 
 

@@ -321,8 +321,10 @@ def _refuse_negative_zero(text: str, file: str) -> None:
 def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> ShardHeader:
     """Parse the header bytes of ``file`` (without the prefix) and validate every entry."""
     fast = _parse_fast(raw)
-    metadata, entries = fast if fast is not None else _parse_strict(raw, file)
-    ordered = validate_layout(entries, data_length=size - 8 - header_length, where=file)
+    metadata, entries = fast[:2] if fast is not None else _parse_strict(raw, file)
+    columns = fast[2] if fast is not None else None
+    data_length = size - 8 - header_length
+    ordered = validate_layout(entries, data_length=data_length, where=file, columns=columns)
     return ShardHeader(
         file=file,
         size=size,
@@ -333,6 +335,9 @@ def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> Sha
 
 
 Parsed = tuple[dict[str, str] | None, list[TensorEntry]]
+Columns = tuple[list[str], list[tuple[int, ...]], list[int], list[int]]
+"""The entries' dtypes, shapes, begins and ends, in the entries' order."""
+FastParsed = tuple[dict[str, str] | None, list[TensorEntry], Columns]
 
 
 def _parse_strict(raw: bytes, file: str) -> Parsed:
@@ -390,10 +395,10 @@ _ENTRY_DTYPE, _ENTRY_SHAPE = attrgetter("dtype"), attrgetter("shape")
 _ENTRY_OFFSETS = attrgetter("data_offsets")
 
 
-def _parse_fast(raw: bytes) -> Parsed | None:
-    """What :func:`_parse_strict` returns, decoded by msgspec into typed entries, for a header
-    that is sound; None for any other (the strict parse then refuses it by name, or accepts it
-    the slow way).
+def _parse_fast(raw: bytes) -> FastParsed | None:
+    """What :func:`_parse_strict` returns, decoded by msgspec into typed entries, and the
+    entries' columns (for :func:`validate_layout`), for a header that is sound; None for any
+    other (the strict parse then refuses it by name, or accepts it the slow way).
 
     Sound here: ASCII without a backslash (every string spelled as it decodes), no ``-0``,
     ``__metadata__`` absent or first and strings to strings, every entry exactly ``dtype`` (a
@@ -445,9 +450,10 @@ def _parse_fast(raw: bytes) -> Parsed | None:
     # entries hold a few dozen of each, and memory first touched costs time of its own
     shapes = list(map(_ENTRY_SHAPE, values))
     shapes = list(map({}.setdefault, shapes, shapes))
-    fields = zip(document, dtypes, shapes, offsets[0::2], offsets[1::2], strict=True)
+    begins, ends = offsets[0::2], offsets[1::2]
+    fields = zip(document, dtypes, shapes, begins, ends, strict=True)
     entries = list(map(tuple.__new__, repeat(TensorEntry), fields))
-    return metadata, entries
+    return metadata, entries, (dtypes, shapes, begins, ends)
 
 
 def _entries(document: dict[str, Any], where: str) -> list[TensorEntry]:
@@ -534,16 +540,21 @@ def expected_nbytes(entry: TensorEntry, where: str) -> int:
 
 
 def validate_layout(
-    entries: Iterable[TensorEntry], *, data_length: int, where: str
+    entries: Iterable[TensorEntry],
+    *,
+    data_length: int,
+    where: str,
+    columns: Columns | None = None,
 ) -> list[TensorEntry]:
     """Sizes match dtype x shape; offsets run from 0 with no overlap or hole and fill the file.
 
-    Checked on whole columns in C; only a header that fails is walked entry by entry, to name
-    the first tensor at fault."""
+    Checked on whole columns in C (``columns``: the entries' own, where the parse made them);
+    only a header that fails is walked entry by entry, to name the first tensor at fault."""
     given = entries if isinstance(entries, list) else list(entries)
+    dtypes, shapes, begins, ends = columns if columns is not None else _columns_of(given)
     sizes = _Sizes(where)
     try:
-        needed = list(map(sizes.__getitem__, map(_DTYPE_SHAPE, given)))
+        needed = list(map(sizes.__getitem__, zip(dtypes, shapes, strict=True)))
     except HeaderError:
         # named on the first tensor that has the fault in data order, as the walk would meet it
         for entry in sorted(given, key=_DATA_ORDER):
@@ -551,10 +562,12 @@ def validate_layout(
         raise
     # A header as the safetensors library writes it lists its tensors in data order: checked
     # as given, in C; sorted only when not (or when an empty tensor makes the order a tie).
-    if 0 not in sizes.values() and _contiguous(given, needed, data_length):
+    if 0 not in sizes.values() and _contiguous(begins, ends, needed, data_length):
         return given
     ordered = sorted(given, key=_DATA_ORDER)
-    if _contiguous(ordered, list(map(sizes.__getitem__, map(_DTYPE_SHAPE, ordered))), data_length):
+    dtypes, shapes, begins, ends = _columns_of(ordered)
+    needed = list(map(sizes.__getitem__, zip(dtypes, shapes, strict=True)))
+    if _contiguous(begins, ends, needed, data_length):
         return ordered
     _name_the_fault(ordered, data_length, where)
     raise AssertionError("a layout that fails in bulk fails entry by entry")  # unreachable
@@ -572,11 +585,18 @@ class _Sizes(dict[tuple[str, tuple[int, ...]], int]):
         return size
 
 
-def _contiguous(ordered: list[TensorEntry], needed: list[int], data_length: int) -> bool:
+def _columns_of(entries: list[TensorEntry]) -> Columns:
+    return (
+        list(map(_TENSOR_DTYPE, entries)),
+        list(map(_TENSOR_SHAPE, entries)),
+        list(map(_BEGIN, entries)),
+        list(map(_END, entries)),
+    )
+
+
+def _contiguous(begins: list[int], ends: list[int], needed: list[int], data_length: int) -> bool:
     """Offsets run from 0 in this order with no overlap or hole, fill the data, and each
     span is its dtype x shape (``needed``, in the same order)."""
-    begins = list(map(_BEGIN, ordered))
-    ends = list(map(_END, ordered))
     return (
         (ends[-1] if ends else 0) == data_length
         and (not begins or begins[0] == 0)
@@ -586,7 +606,7 @@ def _contiguous(ordered: list[TensorEntry], needed: list[int], data_length: int)
 
 
 _DATA_ORDER = itemgetter(3, 4, 0)
-_DTYPE_SHAPE = itemgetter(1, 2)
+_TENSOR_DTYPE, _TENSOR_SHAPE = itemgetter(1), itemgetter(2)
 _BEGIN, _END = itemgetter(3), itemgetter(4)
 
 
