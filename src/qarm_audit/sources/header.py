@@ -321,8 +321,10 @@ def _refuse_negative_zero(text: str, file: str) -> None:
 def parse_header(raw: bytes, *, file: str, size: int, header_length: int) -> ShardHeader:
     """Parse the header bytes of ``file`` (without the prefix) and validate every entry."""
     fast = _parse_fast(raw)
-    metadata, entries = fast[:2] if fast is not None else _parse_strict(raw, file)
-    columns = fast[2] if fast is not None else None
+    if fast is not None:
+        metadata, entries, columns = fast
+    else:
+        (metadata, entries), columns = _parse_strict(raw, file), None
     data_length = size - 8 - header_length
     ordered = validate_layout(entries, data_length=data_length, where=file, columns=columns)
     return ShardHeader(

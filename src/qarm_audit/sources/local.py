@@ -157,7 +157,7 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         proven = index_of_headers(raw, list(read.values()))
         if proven is not None:
             index, named, derived = proven
-            text = None if derived is not None else raw.decode()
+            text = None if derived is not None else _decode(raw, INDEX_FILE)
             return _checkpoint(origin, documents, text, named, root, allowed, index, derived)
         index_text = _decode(raw, INDEX_FILE)
         index = parse_index(index_text)
