@@ -78,19 +78,21 @@ atexit.register(lambda: sys.stderr.write(f"{len(collections)} collections\\n"))
 
 def test_the_command_holds_what_the_audit_built_until_the_end() -> None:
     """Freed at the process's end rather than after the audit: the last audit's checkpoint
-    and modules are still alive when the exit handlers run."""
+    and modules, and the run's reports, are still alive when the exit handlers run."""
     counted = """
 from qarm_audit import runtime
 from qarm_audit.sources.checkpoint import Checkpoint
 atexit.register(
     lambda: sys.stderr.write(
         f"held {sum(isinstance(o, Checkpoint) for o in runtime._held)} checkpoint\\n"
+        f"kept {sum(len(getattr(o, 'reports', ())) for o in runtime._kept)} reports\\n"
     )
 )
 """
     done = _run(IMPORT + counted + CALL, "audit", SEED, SEED, "-f", "json")
     assert done.returncode == 0, done.stderr
     assert "held 1 checkpoint" in done.stderr  # the last one's only
+    assert "kept 2 reports" in done.stderr
 
 
 def test_the_library_holds_nothing() -> None:
@@ -98,6 +100,7 @@ def test_the_library_holds_nothing() -> None:
 
     audit(SEED)
     assert runtime._held == []
+    assert runtime._kept == []
 
 
 def test_the_exit_code_is_the_one_earned() -> None:

@@ -40,7 +40,7 @@ from .report.policy import IgnoreRule, load_config_file, load_config_ignores, pa
 from .report.progress import HubProgress
 from .report.render_github import Annotations
 from .report.render_markdown import render_markdown_error
-from .runtime import VERSION, collector_paused, exit_without_teardown, hold_until_exit
+from .runtime import VERSION, collector_paused, exit_without_teardown, hold_until_exit, keep
 from .sources import Checkpoint, open_source, render_manifest, write_manifest
 from .sources.folders import checkpoint_folders
 from .sources.stdin import STDIN, read_stdin_manifest
@@ -272,9 +272,9 @@ def audit_command(
         origins = sorted({r.origin for r in rules})
         say(f"qarm: {plural(len(rules), 'ignore rule')} from {', '.join(origins)}")
     with Output.at(_dash(output)) as out, Output.at(_dash(json_output), "--json-output") as js:
-        worst = _AuditRun(options, out, len(sources)).run(
-            sources, js if json_output is not None else None
-        )
+        run = _AuditRun(options, out, len(sources))
+        keep(run)  # its reports are freed at the process's end, not before it
+        worst = run.run(sources, js if json_output is not None else None)
     click.get_current_context().exit(worst)
 
 

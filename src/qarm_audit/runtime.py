@@ -54,6 +54,17 @@ def held(*objects: object) -> None:
         _held[:] = objects
 
 
+_kept: list[object] = []
+
+
+def keep(thing: object) -> None:
+    """Keep ``thing`` alive until the process ends, where :func:`hold_until_exit` asked for it:
+    the CLI keeps its run's reports (a quarter million module rows in a MoE report), which it
+    needs until the last one is written, rather than freeing them just before the exit."""
+    if _holding:
+        _kept.append(thing)
+
+
 def exit_without_teardown(code: str | int | None) -> NoReturn:
     """End the process as ``sys.exit(code)`` would, without the interpreter's teardown.
 
