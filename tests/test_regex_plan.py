@@ -9,6 +9,7 @@ digits, the Kelvin sign, control characters) and patterns of every construct are
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 
@@ -96,6 +97,49 @@ def test_first_match_is_the_plain_per_pattern_loop(sources: list[str], names: li
             assert any(p.needs_python(name) and not p.python_safe for p in matcher.plans)
             continue
         assert got == expected, (sources, name)
+
+
+@PROPERTY
+@given(
+    st.lists(patterns(), min_size=1, max_size=5),
+    st.lists(NAMES, min_size=1, max_size=12),
+    st.lists(NAMES, max_size=4),
+)
+@example(
+    [r".*layers\.17\.mlp\.experts\.\d+\.(gate|up|down)_proj$", r".*layers\.1\..*"],
+    [f"m.layers.{n}.mlp.experts.{e}.up_proj" for n in (1, 17) for e in ("3", "٣")],
+    ["m.layers.17.mlp.experts.0.up_proj"],
+)
+@example([r"\w", r"(?i)k$", "a$", ".*1"], ["\u212a", "a", "a\n", "b1", "ab", "k"], ["a"])
+def test_many_names_at_once_are_each_names_first_match(
+    sources: list[str], names: list[str], asked_before: list[str]
+) -> None:
+    """``firsts`` (one pass of each pattern over all the names that hold its literal) gives
+    each name the plain loop's first match, whatever names were asked one by one before; and
+    where any name meets a refusing pattern, it leaves every name to ``first``."""
+    sources = [s for s in sources if compiles(s)]
+    if not sources:
+        return
+    try:
+        matcher = FirstMatch(sources, "targets")
+    except PatternError:
+        return
+    compiled = [re.compile(s) for s in sources]
+    expected: list[int | str | None] = []
+    for name in names:
+        try:
+            one = matcher.first(name)
+        except PatternError:
+            expected.append("refused")
+            continue
+        assert one == plain_loop(compiled, name), (sources, name)
+        expected.append(one)
+    matcher.shared.memo.clear()
+    for name in asked_before:
+        with contextlib.suppress(PatternError):
+            matcher.first(name)
+    got = matcher.firsts(names)
+    assert got == (None if "refused" in expected else expected), (sources, names)
 
 
 @PROPERTY

@@ -321,6 +321,37 @@ def test_ct_catastrophic_pattern_is_refused_by_name() -> None:
         resolved(doc, entries(*MLP), "config.json")
 
 
+UNPLAIN = "model.layers.0.mlp.\u00e9_proj"
+"""A module name that is not printable ASCII: re2's classes are ASCII, Python's Unicode."""
+BACKTRACKS = r"re:.*\w+_proj$"
+"""Two repeats: safe in re2, which cannot answer exactly for :data:`UNPLAIN`; unsafe in re."""
+
+
+def test_ct_a_name_no_engine_answers_safely_is_refused_where_the_engine_meets_it() -> None:
+    """A pattern that can answer :data:`UNPLAIN` only by backtracking is refused, naming the
+    pattern and the module, as resolving module by module in the engine's order does; every
+    other name is still decided at once (and exactly, by re2)."""
+    doc = ct({"g": {**FP8_GROUP, "targets": ["Linear"]}}, [BACKTRACKS])
+    with pytest.raises(PatternError, match="only on printable ASCII names") as info:
+        resolved(doc, entries(*MLP, UNPLAIN), "config.json")
+    assert "_proj$" in info.value.problem and repr(UNPLAIN) in info.value.problem
+    plain = resolved(doc, entries(*MLP), "config.json")
+    assert how(plain, MLP[0]) == ("excluded", "regex", BACKTRACKS)
+
+
+def test_ct_producer_asks_an_ignore_pattern_only_where_compressed_tensors_does() -> None:
+    """compressed-tensors ignores a module by its class before it tries ``re:`` entries: a
+    pattern that would refuse the name is never met, so the producer view decides it."""
+    from qarm_audit.resolve.producer import producer_view
+
+    doc = ct({"g": {**FP8_GROUP, "targets": ["Linear"]}}, ["Linear", BACKTRACKS])
+    declaration = read_declaration({"config.json": json.dumps(doc)})
+    view = producer_view(declaration, build_inventory(entries(*MLP, UNPLAIN)))
+    assert view is not None
+    decided = view[UNPLAIN]
+    assert (decided.bucket, decided.how, decided.rule) == ("excluded", "exact", "Linear")
+
+
 def test_ct_broken_pattern_is_refused_by_name() -> None:
     with pytest.raises(PatternError, match="does not compile"):
         resolved(ct({"g": {**FP8_GROUP, "targets": ["re:([a-z"]}}), entries(*MLP), "config.json")

@@ -39,12 +39,12 @@ from ..report.explain_model import (
 )
 from ..report.model import ArmRow
 from ..resolve import resolve
+from ..resolve.compressed_tensors import CompressedTensorsResolver
 from ..resolve.resolver import (
     EXCLUDED,
     INHERITED,
     UNLISTED,
     Membership,
-    _CompressedTensors,
     _Excludes,
     _language_model_aliases,
     _ModelOpt,
@@ -389,9 +389,9 @@ def _trace_compressed_tensors(
     members = _members(modules, info)
     if not _fused(info.engine_name, members):
         return
-    # vLLM decides a fused layer once (see resolver._CompressedTensors._fused)
+    # vLLM decides a fused layer once (see compressed_tensors.CompressedTensorsResolver._fused)
     group = {m.name: m for m in members}
-    decided = _CompressedTensors(rules, group).run().memberships[info.name]
+    decided = CompressedTensorsResolver(rules, group).run().memberships[info.name]
     if log.decision is not None and decided != log.decision:
         log.overrule(
             "fused layer",
@@ -405,7 +405,7 @@ def _trace_compressed_tensors(
 def _trace_ct_rules(
     log: _Log, rules: CompressedTensorsRules, modules: Mapping[str, ModuleInfo], info: ModuleInfo
 ) -> None:
-    ct = _CompressedTensors(rules, modules)
+    ct = CompressedTensorsResolver(rules, modules)
     engine = info.engine_name
     names = [engine, info.name] if _fused(engine, _members(modules, info)) else [info.name]
     if len(names) == 1:

@@ -22,6 +22,7 @@ from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
 from .awq import resolve_awq
 from .bitsandbytes import resolve_bnb
+from .compressed_tensors import resolve_compressed_tensors
 from .fp8 import resolve_fp8
 from .gptq import resolve_gptq
 from .mxfp4 import resolve_mxfp4
@@ -29,7 +30,6 @@ from .resolver import (
     UNLISTED,
     Membership,
     Resolution,
-    resolve_compressed_tensors,
     resolve_modelopt,
 )
 

@@ -10,17 +10,19 @@ in declaration order, of the candidates that match.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate, repeat
 from operator import itemgetter
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import ahocorasick
 
 from ..errors import PatternError
-from .regex_plan import Plan, plan, re2_match
+from .regex_plan import Plan, plan, re2_match, re2_match_many
 
 MAX_PATTERN_LENGTH = 4096
 MEMO_CAP = 1 << 22
@@ -173,6 +175,10 @@ class _PatternSet:
         """What matches a printable-ASCII name, per pattern: re2 wherever it can."""
         self.alone: list[_Outcome] = [((n,), ()) for n in range(len(self.plans))]
         """The outcome of a name only pattern ``n`` matches, made once."""
+        self.many = [
+            _many(planned.re2, self.plain[number]) for number, planned in enumerate(self.plans)
+        ]
+        """:attr:`plain` of many printable-ASCII names at once, per pattern."""
         self.always = [n for n, planned in enumerate(self.plans) if not planned.literals]
         by_literal: dict[str, list[int]] = {}
         for number, planned in enumerate(self.plans):
@@ -230,6 +236,54 @@ class _PatternSet:
         self.memo[name] = found
         return found
 
+    def prime(self, names: Iterable[str]) -> None:
+        """Work out what each of many names matches, as :meth:`outcome` would one by one, for
+        a caller about to ask about all of them: each pattern is tried once on every
+        printable-ASCII name holding its literal, in one call; other names are left to
+        :meth:`outcome`."""
+        memo = self.memo
+        todo = list(dict.fromkeys(names))
+        if memo:
+            if all(map(memo.__contains__, todo)):
+                return  # the common second asker: every name known
+            todo = [n for n in todo if n not in memo]
+        whole = "".join(todo)
+        if not (whole.isascii() and whole.isprintable()):
+            todo = [n for n in todo if n.isascii() and n.isprintable()]
+        if not todo or len(memo) + len(todo) > MEMO_CAP:
+            return
+        matched: dict[int, list[int]] = {}
+        for number, owners in sorted(self._candidates_of_all(todo).items()):
+            answers = self.many[number]([todo[i] for i in owners])
+            for owner, hit in zip(owners, answers, strict=True):
+                if hit:  # patterns in ascending order: each name's list is in order too
+                    matched.setdefault(owner, []).append(number)
+        keys = list(map(_as_key, map(matched.get, range(len(todo)))))
+        outcomes = {
+            key: _NO_MATCH if not key else self.alone[key[0]] if len(key) == 1 else (key, ())
+            for key in dict.fromkeys(keys)
+        }
+        memo.update(zip(todo, map(outcomes.__getitem__, keys), strict=True))
+
+    def _candidates_of_all(self, names: list[str]) -> dict[int, list[int]]:
+        """Pattern number -> the names (by place) that could match it: those holding its
+        longest literal, found by one Aho-Corasick pass over the names joined by ``\n``
+        (no printable name holds one, so a literal inside a name is found whole; one that
+        spans two names only adds a candidate), and every name for a pattern with none."""
+        found: dict[int, list[int]] = {n: list(range(len(names))) for n in self.always}
+        if self.automaton is None:
+            return found
+        hits = list(self.automaton.iter("\n".join(names)))
+        ends = list(accumulate(map(len, names), lambda end, size: end + 1 + size))
+        owners = map(bisect.bisect_left, repeat(ends), map(_HIT_END, hits))
+        pairs: dict[tuple[int, int], None] = {}
+        for owner, (_end, numbers) in zip(owners, hits, strict=True):
+            for number in numbers:
+                pairs[number, owner] = None
+        for number, owner in pairs:
+            found.setdefault(number, []).append(owner)
+        return found
+
     def _match(self, number: int, name: str) -> bool:
         planned = self.plans[number]
         if planned.re2 is not None and not planned.needs_python(name):
@@ -250,6 +304,23 @@ class _PatternSet:
             compiled = self.python[number] = compile_user_regex(self.patterns[number], self.where)
         return compiled
 
+
+def _many(compiled: Any, plain: Callable[[str], Any]) -> Callable[[list[str]], list[bool]]:
+    """Whether ``plain`` matches each of many names: re2's matcher called without a Python
+    frame per name where it can be, else ``plain`` (re2's wrapper or Python's ``re``)."""
+    if compiled is not None:
+        many = re2_match_many(compiled)
+        if many is not None:
+            return many
+    return lambda names: [bool(plain(name)) for name in names]
+
+
+def _as_key(numbers: list[int] | None) -> tuple[int, ...]:
+    """The patterns a name matched, in order, as a key (ascending: patterns are tried so)."""
+    return tuple(numbers) if numbers else ()
+
+
+_HIT_END = itemgetter(0)
 
 _Outcome: TypeAlias = tuple[tuple[int, ...], tuple[tuple[int, PatternError], ...]]
 """What a name gave: the patterns that match it, and those that refuse it with their errors."""
@@ -286,10 +357,34 @@ class FirstMatch:
     def plans(self) -> list[Plan]:
         return self.shared.plans
 
+    def firsts(self, names: Sequence[str]) -> list[int | None] | None:
+        """:meth:`first` of each of ``names``, worked out once per distinct outcome (a MoE's
+        names share a few); None where :meth:`first` raises for some name (asked name by
+        name in the caller's order, it then raises the refusal the caller meets first)."""
+        shared = self.shared
+        shared.prime(names)
+        known = list(map(shared.memo.get, names))
+        outcomes: list[_Outcome] = (
+            [o if o is not None else shared.outcome(n) for n, o in zip(names, known, strict=True)]
+            if None in known  # not primed: a name not printable ASCII, or too many names
+            else cast("list[_Outcome]", known)
+        )
+        ids = list(map(id, outcomes))
+        first: dict[int, int | None] = {}
+        for key, outcome in dict(zip(ids, outcomes, strict=True)).items():
+            try:
+                first[key] = self._first_of(outcome)
+            except PatternError:
+                return None
+        return list(map(first.__getitem__, ids))
+
     def first(self, name: str) -> int | None:
         """Index of the first matching pattern, or None; a pattern that refuses the name
         before any matches raises its refusal, as trying them in order would."""
-        matches, refusals = self.shared.outcome(name)
+        return self._first_of(self.shared.outcome(name))
+
+    def _first_of(self, outcome: _Outcome) -> int | None:
+        matches, refusals = outcome
         rank = self.rank
         if not refusals:
             if not matches:

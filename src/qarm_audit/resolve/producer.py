@@ -88,7 +88,7 @@ def producer_view(
     if rules is None:
         return None
     view = _CompressedTensorsProducer(rules)
-    return {name: view.resolve(info) for name, info in modules.items()}
+    return view.resolve_all(modules)
 
 
 class _CompressedTensorsProducer:
@@ -107,27 +107,80 @@ class _CompressedTensorsProducer:
         """The first class, in sorted order, that the ignore list or the targets name: per set
         of classes (a checkpoint has a handful), not per module."""
 
-    def _ignored(self, name: str, classes: tuple[str, ...]) -> str | None:
-        if name in self.ignore_names:
-            return name
+    def _ignored(self, exact: str | None, i: int | None, classes: tuple[str, ...]) -> str | None:
+        if exact is not None:
+            return exact
+        cls = self._class_ignored(classes)
+        if cls is not None:
+            return cls
+        return self.ignore_regex[i] if i is not None else None
+
+    def _class_ignored(self, classes: tuple[str, ...]) -> str | None:
+        """The first of ``classes``, in sorted order, that the ignore list names."""
         if classes not in self.class_ignored:
             names = self.ignore_names
             self.class_ignored[classes] = next((c for c in sorted(classes) if c in names), None)
-        cls = self.class_ignored[classes]
-        if cls is not None:
-            return cls
-        i = self.ignore_first.first(name)
-        return self.ignore_regex[i] if i is not None else None
+        return self.class_ignored[classes]
+
+    def resolve_all(self, modules: Mapping[str, ModuleInfo]) -> dict[str, Membership]:
+        """:meth:`resolve` of every module, decided once per distinct combination of what
+        decides it (the target and ignore pattern each name matches first, exact entries
+        naming it, its classes, an MTP block); module by module where a pattern refuses
+        some name, which raises the refusal the producer's order meets first."""
+        names = list(modules)
+        targeted = self.regex_first.firsts(names)
+        ignored = self.ignore_first.firsts(names) if targeted is not None else None
+        if targeted is None or ignored is None:
+            return {name: self.resolve(info) for name, info in modules.items()}
+        mtp = [n.startswith("mtp.") or ".mtp." in n for n in names]
+        targets, ignores = self.rules.targets, self.ignore_names
+        exact_target = (
+            [n if n in targets else None for n in names] if targets else [None] * len(names)
+        )
+        exact_ignore = (
+            [n if n in ignores else None for n in names] if ignores else [None] * len(names)
+        )
+        classes = list(map(producer_classes, modules.values()))
+        keys = list(zip(mtp, exact_target, targeted, exact_ignore, ignored, classes, strict=True))
+        made = {key: self._decide(*key) for key in dict.fromkeys(keys)}
+        return dict(zip(names, map(made.__getitem__, keys), strict=True))
 
     def resolve(self, info: ModuleInfo) -> Membership:
-        if info.name.startswith("mtp.") or ".mtp." in info.name:
+        """One module, each pattern asked only where compressed-tensors asks it (so a pattern
+        that refuses the name is met exactly where the producer would meet it)."""
+        name = info.name
+        classes = producer_classes(info)
+        if name.startswith("mtp.") or ".mtp." in name:
+            return self._decide(True, None, None, None, None, classes)
+        exact = name if name in self.rules.targets else None
+        j = self.regex_first.first(name) if exact is None else None
+        if self._target(exact, j, classes) is None:
+            return Membership(UNLISTED, "none")
+        exact_ignore = name if name in self.ignore_names else None
+        i = None
+        if exact_ignore is None and self._class_ignored(classes) is None:
+            i = self.ignore_first.first(name)
+        return self._decide(False, exact, j, exact_ignore, i, classes)
+
+    def _decide(
+        self,
+        mtp: bool,
+        exact_target: str | None,
+        j: int | None,
+        exact_ignore: str | None,
+        i: int | None,
+        classes: tuple[str, ...],
+    ) -> Membership:
+        """A module's membership from what decides it: an MTP block (never matched), the
+        target naming it exactly, the ``re:`` target ``j`` it matches first, the ignore entry
+        naming it exactly, the ``re:`` ignore ``i`` it matches first, its classes."""
+        if mtp:
             # transformers drops MTP blocks on load: the producer never matched them
             return Membership(UNLISTED, "none")
-        classes = producer_classes(info)
-        matched = self._target(info.name, classes)
+        matched = self._target(exact_target, j, classes)
         if matched is None:
             return Membership(UNLISTED, "none")
-        ignored = self._ignored(info.name, classes)
+        ignored = self._ignored(exact_ignore, i, classes)
         if ignored is not None:
             how = "regex" if ignored.startswith("re:") else "exact"
             return Membership(EXCLUDED, how, ignored)
@@ -139,12 +192,14 @@ class _CompressedTensorsProducer:
             found = self.made[matched] = Membership(self.rules.targets[target], how, target)
         return found
 
-    def _target(self, name: str, classes: tuple[str, ...]) -> tuple[str, str] | None:
-        """Name matches first (the exact name, then ``re:`` targets in sorted order), then
-        class matches in sorted order: compressed-tensors' ``match_targets``."""
-        if name in self.rules.targets:
-            return name, "exact"
-        j = self.regex_first.first(name)
+    def _target(
+        self, exact: str | None, j: int | None, classes: tuple[str, ...]
+    ) -> tuple[str, str] | None:
+        """Name matches first (the exact name, then ``re:`` targets in sorted order, ``j``
+        the first that matches), then class matches in sorted order: compressed-tensors'
+        ``match_targets``."""
+        if exact is not None:
+            return exact, "exact"
         if j is not None:
             return self.regex[j], "regex"
         if classes not in self.class_target:

@@ -9,19 +9,19 @@ whole-name wildcard), MIXED_PRECISION lookup strategies in a fixed order, compre
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, TypeAlias, cast
 
-from ..declarations import CompressedTensorsRules, ModelOptRules
+from ..declarations import ModelOptRules
 from ..findings import Finding, finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo, engine_layers
-from .matchers import FirstMatch, SubstringSet, WildcardSet
-from .regex_module import regex_module_form
+from .matchers import SubstringSet, WildcardSet
 
 
 class Membership(NamedTuple):
@@ -109,6 +109,7 @@ def _engine(
 
 
 _NAME, _BUCKET, _RULE = attrgetter("name"), attrgetter("bucket"), attrgetter("rule")
+_ENGINE_NAME, _FIRST = attrgetter("engine_name"), itemgetter(0)
 _OVERRIDE_KEY = attrgetter("layer_kind", "quant_config", "layer_class")
 """What :func:`layer_override` depends on."""
 
@@ -132,14 +133,6 @@ def resolve_modelopt(
     return _ModelOpt(rules, modules, tree is None or tree.has_mapper, tree).run()
 
 
-def resolve_compressed_tensors(
-    rules: CompressedTensorsRules,
-    modules: Mapping[str, ModuleInfo],
-    tree: LayerTree | None = None,
-) -> Resolution:
-    return _CompressedTensors(rules, modules, tree).run()
-
-
 def experts_disagree(
     engine_name: str, members: list[ModuleInfo], memberships: Mapping[str, Membership]
 ) -> Finding | None:
@@ -161,6 +154,27 @@ def experts_disagree(
         f"its experts are declared {detail}",
         module=engine_name,
     )
+
+
+def experts_disagreements(
+    modules: Mapping[str, ModuleInfo], memberships: Mapping[str, Membership]
+) -> list[Finding]:
+    """:func:`experts_disagree` of every experts layer, looked at only where its modules'
+    buckets differ (found for all layers at once, in C)."""
+    experts = [info for info in modules.values() if info.engine_name.endswith(".experts")]
+    names = list(map(_NAME, experts))
+    layers = list(map(_ENGINE_NAME, experts))
+    pairs = dict.fromkeys(
+        zip(layers, map(_BUCKET, map(memberships.__getitem__, names)), strict=True)
+    )
+    mixed = [layer for layer, count in Counter(map(_FIRST, pairs)).items() if count > 1]
+    out = []
+    for layer in mixed:
+        members = [info for info in experts if info.engine_name == layer]
+        found = experts_disagree(layer, members, memberships)
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def _language_model_aliases(name: str) -> list[str]:
@@ -513,157 +527,3 @@ class _ModelOpt:
                 )
             )
         return first
-
-
-class _CompressedTensors:
-    def __init__(
-        self,
-        rules: CompressedTensorsRules,
-        modules: Mapping[str, ModuleInfo],
-        tree: LayerTree | None = None,
-    ) -> None:
-        self.rules = rules
-        self.modules = modules
-        self.out = Resolution()
-        self.path = tree.engine_path if tree is not None and tree.rename else None
-        """The engine's name for a checkpoint layer: vLLM tests ``re:`` entries on its own
-        layer names, and exact entries after mapping them the same way."""
-        # vLLM compiles re: entries with the regex module: read them as it does
-        form: Callable[[str], str] = str
-        if tree is not None and tree.pattern_module == "regex":
-            form = regex_module_form
-        ignore_names = [i for i in rules.ignore if not i.startswith("re:")]
-        self.ignore_exact = set(ignore_names)
-        self.ignore_regex_src = [i[3:] for i in rules.ignore if i.startswith("re:")]
-        self.ignore_regex = FirstMatch([form(p) for p in self.ignore_regex_src], "ignore")
-        targets = list(rules.targets)
-        self.target_exact = {t: i for i, t in enumerate(targets) if not t.startswith("re:")}
-        self.regex_targets = [(i, t) for i, t in enumerate(targets) if t.startswith("re:")]
-        self.target_regex = FirstMatch([form(t[3:]) for _, t in self.regex_targets], "targets")
-        self.targets = targets
-        self.made: dict[tuple[int, str], Membership] = {}
-        """One membership per target and way it matched (a MoE's experts share one)."""
-        self.ignored_by: dict[int, Membership] = {}
-        """One membership per ignore pattern."""
-
-    def run(self) -> Resolution:
-        groups = engine_layers(self.modules)
-        for engine_name, members in groups.items():
-            if _is_fused(members):
-                self._fused(engine_name, members)
-            else:
-                overrides: Overrides = {}
-                for info in members:
-                    own = self._ignored(info.name) or self._target(info)
-                    self.out.memberships[info.name] = _engine(own, info, overrides)
-            mixed = experts_disagree(engine_name, members, self.out.memberships)
-            if mixed is not None:
-                self.out.findings.append(mixed)
-        self.out.unmatched = [t for t in self.target_exact if "." in t and t not in self.modules]
-        return self.out
-
-    def _fused(self, engine_name: str, members: list[ModuleInfo]) -> None:
-        """vLLM's one decision for a fused layer: ignore by the fused name or by every shard
-        (some shards only: it raises); then a target naming the fused layer, else a target
-        for every shard (the first shard's decides), else the layer's class."""
-        own = {m.name: self._ignored(m.name) or self._target(m) for m in members}
-        ignored = self._ignored(engine_name)
-        shards_ignored = [own[m.name].bucket == EXCLUDED for m in members]
-        if ignored is None and all(shards_ignored):
-            ignored = own[members[0].name]
-        if ignored is not None:
-            for info in members:
-                self.out.memberships[info.name] = ignored
-            return
-        if any(shards_ignored):
-            decided = own  # vLLM refuses the layer: "Found different quantization schemes"
-        else:
-            named = self._target_name(engine_name, members[0])
-            if named is not None:
-                # the declaration names the engine's layer itself: one answer, no disagreement
-                own = dict.fromkeys(own, named)
-            whole = (
-                named or self._shards_target(members) or self._class_target(members[0]) or _UNLISTED
-            )
-            decided = dict.fromkeys(own, whole)
-        for info in members:
-            self.out.memberships[info.name] = _engine(decided[info.name], info)
-        if len({m.bucket for m in own.values()}) > 1:
-            detail = ", ".join(f"{m.leaf}={own[m.name].bucket}" for m in members)
-            engine = self.out.memberships[members[0].name]
-            outcome = (
-                "vLLM refuses a layer whose shards are ignored unevenly"
-                if any(shards_ignored)
-                else f"vLLM builds one layer and resolves every shard {engine.bucket} "
-                f"({engine.how}{' ' + repr(engine.rule) if engine.rule else ''})"
-            )
-            self.out.findings.append(
-                finding(
-                    "fused-shards-disagree",
-                    f"{engine_name} is loaded from shards declared {detail}; {outcome}",
-                    module=engine_name,
-                )
-            )
-
-    def _shards_target(self, members: list[ModuleInfo]) -> Membership | None:
-        """Every shard's name matches a target: the first shard's target decides."""
-        firsts = [self._target_name(m.name, m) for m in members]
-        if any(f is None for f in firsts):
-            return None
-        first = firsts[0]
-        assert first is not None
-        return Membership(first.bucket, "fused", first.rule)
-
-    def _class_target(self, info: ModuleInfo) -> Membership | None:
-        cls = engine_class(info)
-        if cls is None:
-            return None
-        for target in self.targets:
-            if not target.startswith("re:") and "." not in target and target.lower() in cls:
-                return Membership(self.rules.targets[target], "class", target)
-        return None
-
-    def _ignored(self, name: str) -> Membership | None:
-        engine = self.path(name) if self.path else name
-        if name in self.ignore_exact or engine in self.ignore_exact:
-            return Membership(EXCLUDED, "exact", name if name in self.ignore_exact else engine)
-        i = self.ignore_regex.first(engine)
-        if i is None:
-            return None
-        found = self.ignored_by.get(i)
-        if found is None:
-            rule = "re:" + self.ignore_regex_src[i]
-            found = self.ignored_by[i] = Membership(EXCLUDED, "regex", rule)
-        return found
-
-    def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
-        """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
-        best: tuple[int, str] | None = None
-        engine = self.path(name) if self.path else name
-        exact = self.target_exact.get(name, self.target_exact.get(engine))
-        if exact is not None:
-            best = (exact, "exact")
-        j = self.target_regex.first(engine)
-        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
-            best = (self.regex_targets[j][0], "regex")
-        if best is None:
-            return None
-        target = self.targets[best[0]]
-        return Membership(self.rules.targets[target], "fused", target)
-
-    def _target(self, info: ModuleInfo) -> Membership:
-        best: tuple[int, str] | None = None
-        engine = self.path(info.name) if self.path else info.name
-        exact = self.target_exact.get(info.name, self.target_exact.get(engine))
-        if exact is not None:
-            best = (exact, "exact")
-        j = self.target_regex.first(engine)
-        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
-            best = (self.regex_targets[j][0], "regex")
-        if best is None:
-            return self._class_target(info) or _UNLISTED
-        found = self.made.get(best)
-        if found is None:
-            target = self.targets[best[0]]
-            found = self.made[best] = Membership(self.rules.targets[target], best[1], target)
-        return found
