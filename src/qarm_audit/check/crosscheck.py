@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,8 +36,15 @@ FLOAT = frozenset({"F32", "BF16", "F16"})
 E8M0 = frozenset({"U8", "F8_E8M0"})
 
 
-def contract(scheme: Scheme) -> list[Operand] | None:
-    """The operands a scheme's producer writes, or None when qarm has no contract for it."""
+@functools.lru_cache(maxsize=1024)
+def contract(scheme: Scheme) -> tuple[Operand, ...] | None:
+    """The operands a scheme's producer writes, or None when qarm has no contract for it;
+    made once per scheme (every group of modules of the scheme asks)."""
+    made = _contract_of(scheme)
+    return tuple(made) if made is not None else None
+
+
+def _contract_of(scheme: Scheme) -> list[Operand] | None:
     static = scheme.static_activations
     if scheme.producer == "fp8":
         return _native_fp8(scheme)
@@ -431,7 +439,7 @@ OPTIONAL: dict[tuple[str, str], frozenset[str]] = {
 """Operands a producer writes beside its contract in some exports; nothing else may be."""
 
 
-def _strays(info: ModuleInfo, scheme: Scheme, spec: list[Operand]) -> list[Finding]:
+def _strays(info: ModuleInfo, scheme: Scheme, spec: Sequence[Operand]) -> list[Finding]:
     """Every shipped tensor the scheme's producer does not write: engines fail on an unexpected
     parameter or drop its bytes silently, so a tensor that cannot be placed is refused."""
     expected = {o.name for o in spec} | KV_OPERANDS | {"bias"}

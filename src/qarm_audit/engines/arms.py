@@ -501,7 +501,7 @@ def _declaration_rows(
     findings: list[Finding] = []
     profile = decider.profile
     for name, scheme in sorted(declaration.schemes.items()):
-        spec = contract(scheme) or []
+        spec = contract(scheme) or ()
         required = [op.name for op in spec if op.required] or ["weight"]
         view = make_view(
             declaration, scheme, routing="declared", module="", shipped=None, operands=required
