@@ -87,14 +87,14 @@ def plan(pattern: str) -> Plan:
     tree = _parser.parse(pattern)
     writer = _Writer()
     try:
-        text = writer.seq(list(tree), tree.state.flags)
+        text = writer.seq(_items(tree), tree.state.flags)
         compiled = re2.compile(text, _OPTIONS)
     except (_NoEquivalent, re2.error):
         compiled = None
-    repeats, nested = _repeats(list(tree))
+    repeats, nested = _repeats(_items(tree))
     runs: list[str] = []
     if not tree.state.flags & IGNORECASE:
-        _required(list(tree), runs)
+        _required(_items(tree), runs)
     literals = tuple(sorted({r for r in runs if r}, key=lambda r: (-len(r), r)))
     return Plan(
         re2=compiled,
@@ -171,7 +171,7 @@ class _Writer:
             self.classes = True
 
     def node(self, op: Any, av: Any, flags: int) -> str:
-        name = str(op)
+        name = op.name
         if name == "LITERAL":
             self._fold(flags, av)
             return _fold_group(flags, _char(av))
@@ -183,23 +183,23 @@ class _Writer:
         if name == "IN":
             return _fold_group(flags, self._class(av, flags))
         if name == "AT":
-            return self._at(str(av), flags)
+            return self._at(av.name, flags)
         if name in ("MAX_REPEAT", "MIN_REPEAT"):
             low, high, body = av
             bound = "" if high is _c.MAXREPEAT else str(high)
-            return f"(?:{self.seq(list(body), flags)}){{{low},{bound}}}"
+            return f"(?:{self.seq(_items(body), flags)}){{{low},{bound}}}"
         if name == "SUBPATTERN":
             _group, add, remove, body = av
-            return f"(?:{self.seq(list(body), (flags | add) & ~remove)})"
+            return f"(?:{self.seq(_items(body), (flags | add) & ~remove)})"
         if name == "BRANCH":
-            return "(?:" + "|".join(self.seq(list(b), flags) for b in av[1]) + ")"
+            return "(?:" + "|".join(self.seq(_items(b), flags) for b in av[1]) + ")"
         raise _NoEquivalent  # ASSERT, ASSERT_NOT, GROUPREF*, ATOMIC_GROUP, POSSESSIVE_REPEAT
 
     def _class(self, items: list[Any], flags: int) -> str:
         out = []
         negate = False
         for op, av in items:
-            name = str(op)
+            name = op.name
             if name == "NEGATE":
                 negate = True
             elif name == "LITERAL":
@@ -209,9 +209,9 @@ class _Writer:
                 self._fold(flags, av[0])
                 self._fold(flags, av[1])
                 out.append(f"{_char(av[0])}-{_char(av[1])}")
-            elif name == "CATEGORY" and str(av) in _CATEGORIES:
+            elif name == "CATEGORY" and av.name in _CATEGORIES:
                 self.classes = True
-                out.append(_CATEGORIES[str(av)])
+                out.append(_CATEGORIES[av.name])
             else:
                 raise _NoEquivalent
         if not out:
@@ -236,6 +236,13 @@ class _Writer:
         raise _NoEquivalent  # \B: Python's never matches an empty name, re2's does
 
 
+def _items(sequence: Any) -> list[Any]:
+    """The (opcode, argument) items of a parse-tree sequence: a ``SubPattern``'s own list
+    (``list()`` of one calls its ``__getitem__`` once per item), or the sequence listed."""
+    data = getattr(sequence, "data", None)
+    return data if isinstance(data, list) else list(sequence)
+
+
 def _fold_group(flags: int, text: str) -> str:
     return f"(?i:{text})" if flags & IGNORECASE else text
 
@@ -244,16 +251,16 @@ def _repeats(items: list[Any]) -> tuple[int, bool]:
     """(repeats of more than one item, whether one holds another repeat or an alternation)."""
     count, nested = 0, False
     for op, av in items:
-        name = str(op)
+        name = op.name
         if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             _low, high, body = av
             many = high is _c.MAXREPEAT or high > 1
-            inner, deeper = _repeats(list(body))
+            inner, deeper = _repeats(_items(body))
             count += inner + (1 if many else 0)
-            nested = nested or deeper or (many and (inner > 0 or _has_branch(list(body))))
+            nested = nested or deeper or (many and (inner > 0 or _has_branch(_items(body))))
         elif name == "BRANCH":
             for branch in av[1]:
-                inner, deeper = _repeats(list(branch))
+                inner, deeper = _repeats(_items(branch))
                 count += inner
                 nested = nested or deeper
         elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT"):
@@ -263,7 +270,7 @@ def _repeats(items: list[Any]) -> tuple[int, bool]:
         elif name == "GROUPREF_EXISTS":
             for branch in av[1:]:
                 if branch is not None:
-                    inner, deeper = _repeats(list(branch))
+                    inner, deeper = _repeats(_items(branch))
                     count += inner
                     nested = nested or deeper
     return count, nested
@@ -271,7 +278,7 @@ def _repeats(items: list[Any]) -> tuple[int, bool]:
 
 def _has_branch(items: list[Any]) -> bool:
     for op, av in items:
-        name = str(op)
+        name = op.name
         if name in ("BRANCH", "GROUPREF_EXISTS"):
             return True
         if name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT") and _has_branch(
@@ -283,23 +290,23 @@ def _has_branch(items: list[Any]) -> bool:
 
 def _body(name: str, av: Any) -> list[Any]:
     """The sequence inside a group or an assertion node."""
-    return list(av) if name == "ATOMIC_GROUP" else list(av[-1])
+    return _items(av) if name == "ATOMIC_GROUP" else _items(av[-1])
 
 
 def _required(items: list[Any], runs: list[str]) -> None:
     """Append to ``runs`` the literal runs every match of the sequence ``items`` holds."""
     run: list[str] = []
     for op, av in items:
-        name = str(op)
+        name = op.name
         if name == "LITERAL":
             run.append(chr(av))
             continue
         runs.append("".join(run))
         run = []
         if name == "SUBPATTERN" and not av[1] & IGNORECASE:
-            _required(list(av[3]), runs)
+            _required(_items(av[3]), runs)
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and av[0] >= 1:
-            _required(list(av[2]), runs)
+            _required(_items(av[2]), runs)
         elif name == "ATOMIC_GROUP":
-            _required(list(av), runs)
+            _required(_items(av), runs)
     runs.append("".join(run))
