@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import installed  # noqa: E402
+import machine  # noqa: E402
 
 ENV = installed.environment({**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
@@ -150,9 +151,7 @@ def main() -> int:
             runs = results.setdefault(case, {"qarm": [], "floor": []})
             runs["floor"].append(measure(floor(folder)))
             runs["qarm"].append(measure(qarm(folder)))
-    print(
-        f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
-    )
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine.describe()}")
     print("| case | qarm wall s | floor wall s | wall ratio | qarm CPU s | floor CPU s | "
           "CPU ratio | qarm peak RSS MiB | exit |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

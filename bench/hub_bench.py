@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import installed  # noqa: E402
+import machine  # noqa: E402
 from synthetic import safetensors_header as header  # noqa: E402  # the library's own layout
 
 from hubserver import HubServer, RepoSpec, SparseFile  # noqa: E402
@@ -415,6 +416,7 @@ def bench(
         "parameter_counts": parameter_counts,
         "repeat": repeat,
         "cpus": os.cpu_count(),
+        "machine": machine.describe(),
         "workers": WORKERS,
         "server": "this process" if in_process else "child process",
         "build_s": info["build_s"],
@@ -443,7 +445,7 @@ def _table(r: dict[str, Any], out: Any) -> None:
         f"{r['shards']} shards, {r['tensors']} tensors, headers {lo}/{mid}/{hi} bytes "
         f"(min/median/max), {r['header_bytes']} header bytes in all; "
         f"{r['latency_s'] * 1000:g} ms per request; server {counts} parameter counts, in "
-        f"{r['server']}; {r['cpus']} CPUs; {r['repeat']} alternated runs of each; qarm verdict "
+        f"{r['server']}; {r['machine']}; {r['repeat']} alternated runs of each; qarm verdict "
         f"{q['extra']['verdict']}",
         file=out,
     )
