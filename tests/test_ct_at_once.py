@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import PatternError
+from qarm_audit.layers import build_tree
+from qarm_audit.layers.facts import load_facts
+from qarm_audit.layers.model_config import ModelConfig
 from qarm_audit.modules.inventory import build_inventory
 from qarm_audit.resolve.compressed_tensors import CompressedTensorsResolver
 from qarm_audit.resolve.producer import _CompressedTensorsProducer
@@ -55,6 +58,12 @@ PATTERNS = [
 CLASSES = ["Linear", "Embedding", "linear"]
 ENTRIES = st.one_of(st.sampled_from(PATTERNS), st.sampled_from(CLASSES), MODULES)
 WITH_SCALE = ("weight", "weight_scale")
+FACTS = load_facts("vllm-0.33.0")
+TREES = [
+    (None, ""),  # the generic layer tree
+    ("Qwen3MoeForCausalLM", ""),  # vLLM compiles re: entries with the regex module
+    ("Qwen2VLForConditionalGeneration", "model.language_model."),  # renamed by the engine
+]
 
 
 def declaration(groups: list[list[str]], ignore: list[str]) -> Any:
@@ -87,31 +96,39 @@ def outcome(call: Any) -> Any:
     st.lists(MODULES, min_size=1, max_size=14, unique=True),
     st.lists(st.lists(ENTRIES, min_size=1, max_size=4, unique=True), min_size=1, max_size=3),
     st.lists(ENTRIES, max_size=4, unique=True),
+    st.integers(0, len(TREES) - 1),
 )
 @example(
     ["model.layers.0.mlp.\u00e9_proj", "model.layers.0.mlp.down_proj"],
     [["Linear"]],
     ["Linear", r"re:.*\w+_proj$"],
+    0,
 )
 @example(
     ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "lm_head"],
     [[r"re:.*(q|k|v)_proj", "model.layers.0.self_attn.k_proj"]],
     [r"re:.*self_attn\..*"],
+    2,
 )
 def test_at_once_is_module_by_module(
-    modules: list[str], groups: list[list[str]], ignore: list[str]
+    modules: list[str], groups: list[list[str]], ignore: list[str], which: int
 ) -> None:
     rules = declaration(groups, ignore).compressed_tensors
     assert rules is not None
-    tensors = [TensorEntry(f"{m}.{op}", "F32", (4, 4), 0, 0) for m in modules for op in WITH_SCALE]
+    architecture, prefix = TREES[which]
+    names = [m.replace("model.", prefix, 1) if prefix else m for m in modules]
+    tensors = [TensorEntry(f"{m}.{op}", "F32", (4, 4), 0, 0) for m in names for op in WITH_SCALE]
     inventory = build_inventory(tensors)
+    tree = (
+        build_tree(inventory, ModelConfig((architecture,), "", ()), FACTS) if architecture else None
+    )
 
     def at_once() -> Any:
-        out = CompressedTensorsResolver(rules, inventory).run()
+        out = CompressedTensorsResolver(rules, inventory, tree).run()
         return out.memberships, set(out.findings), out.unmatched
 
     def one_by_one() -> Any:
-        resolver = CompressedTensorsResolver(rules, inventory)
+        resolver = CompressedTensorsResolver(rules, inventory, tree)
         resolver._one_by_one()
         resolver.out.unmatched = [
             t for t in resolver.target_exact if "." in t and t not in inventory
