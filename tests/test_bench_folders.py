@@ -39,3 +39,16 @@ def test_bench_folders_open_in_safetensors_and_audit(
     assert result.exit_code == code, result.output
     report = json.loads(result.stdout)
     assert report["totals"]["tensors"] == count
+
+
+def test_pair_alternates_two_processes_and_reports_their_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pair import main
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(0.3)"]
+    assert main(["-n", "2", "--vs", f"{sys.executable} -c pass", "--", *sleeper]) == 0
+    out = capsys.readouterr().out
+    assert "2 pairs" in out and "exit [0]" in out
+    # A sleeps 0.3 s more than B starts and ends: its wall is the larger, pair by pair
+    assert float(out.split("A/B wall: ")[1].split()[0]) > 1.5, out
