@@ -19,33 +19,9 @@ from ..declarations import CompressedTensorsRules, Declaration
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from .matchers import FirstMatch
+from .producer_bnb import bnb_producer_view
+from .producer_classes import EMBEDDING_MRO, LINEAR_MRO, producer_classes
 from .resolver import EXCLUDED, UNLISTED, Membership
-
-LINEAR_MRO = ("Linear", "Module")
-EMBEDDING_MRO = ("Embedding", "Module")
-QUANTIZABLE = frozenset({"linear", "fused", "lm_head", "experts", "embedding"})
-"""Layer kinds transformers builds as ``nn.Linear`` / ``nn.Embedding`` (``lm_head`` is an
-``nn.Linear``; llm-compressor unfuses experts into ``nn.Linear``s): since compressed-tensors
-0.18 only those (and attention, for the KV cache) get a scheme; a matched norm, convolution or
-router gets nothing, silently."""
-
-
-def producer_classes(info: ModuleInfo) -> tuple[str, ...]:
-    """The module's class and its bases in transformers, as far as a class target can tell."""
-    kind = info.layer_kind or info.kind
-    if kind == "router":
-        # transformers 5 builds routers as their own nn.Module (Qwen3MoeTopKRouter), except
-        # gates kept as nn.Linear (Qwen3-Next's shared_expert_gate)
-        return LINEAR_MRO if info.leaf != "gate" else ("TopKRouter", "Module")
-    if kind == "embedding":
-        return EMBEDDING_MRO
-    if kind in QUANTIZABLE:
-        return LINEAR_MRO
-    if kind == "norm":
-        return ("RMSNorm", "Module")
-    if kind == "conv":
-        return ("Conv2d", "Module")
-    return ("Module",)
 
 
 def producer_cannot_compile(declaration: Declaration, engine_label: str) -> Finding | None:
@@ -81,8 +57,6 @@ def producer_view(
     """Each module as the producer's library resolves it; None where no producer view is
     modelled (ModelOpt writes its lists from its own module names: the literal reading)."""
     if declaration.bnb is not None:
-        from .producer_bnb import bnb_producer_view  # builds on this module's classes
-
         return bnb_producer_view(declaration.bnb, modules)
     rules = declaration.compressed_tensors
     if rules is None:

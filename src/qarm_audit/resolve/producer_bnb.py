@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from ..declarations import BnbRules
 from ..modules.inventory import ModuleInfo
-from .producer import LINEAR_MRO, producer_classes
+from .producer_classes import LINEAR_MRO, producer_classes
 from .resolver import EXCLUDED, UNLISTED, Membership
 
 _REGEX = re.compile(r"[\\^$*+?{}\[\]|()]")

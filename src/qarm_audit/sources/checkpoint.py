@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from .index import ShardIndex
+from functools import cached_property
+from typing import Any, NamedTuple
 
 DECLARATION_FILES = ("config.json", "hf_quant_config.json", "quantization_config.json")
 """Documents that can declare a quantization, read verbatim when present."""
@@ -29,6 +27,20 @@ class TensorEntry(NamedTuple):
     shape: tuple[int, ...]
     begin: int
     end: int
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    weight_map: dict[str, str]
+    total_size: int | None
+    from_headers: bool = False
+    """``weight_map`` is proven to be every header name -> its shard (see
+    :func:`index_of_headers`): the integrity check need not look each name up again."""
+
+    @cached_property
+    def shard_files(self) -> list[str]:
+        """Shard names in first-mention order, each once."""
+        return list(dict.fromkeys(self.weight_map.values()))
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
 from operator import itemgetter
 from typing import Any
 
@@ -13,22 +11,8 @@ import msgspec
 import orjson
 
 from ..errors import HeaderError, ShardIndexError
-from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex, ShardHeader
+from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex, ShardHeader, ShardIndex
 from .header import loads_strict
-
-
-@dataclass(frozen=True)
-class ShardIndex:
-    weight_map: dict[str, str]
-    total_size: int | None
-    from_headers: bool = False
-    """``weight_map`` is proven to be every header name -> its shard (see
-    :func:`index_of_headers`): the integrity check need not look each name up again."""
-
-    @cached_property
-    def shard_files(self) -> list[str]:
-        """Shard names in first-mention order, each once."""
-        return list(dict.fromkeys(self.weight_map.values()))
 
 
 class _IndexJSONError(HeaderError, ShardIndexError):

@@ -19,9 +19,10 @@ from .checkpoint import (
     DerivedIndex,
     Origin,
     ShardHeader,
+    ShardIndex,
 )
 from .header import HEADER_CAP, length_prefix, parse_header
-from .index import ShardIndex, index_of_headers, parse_index
+from .index import index_of_headers, parse_index
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""

@@ -41,10 +41,10 @@ from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin
 from ..index import parse_index
 from . import listing
 from .cache import HeaderCache, record_ref
+from .deadline import HubDeadlineError
 from .deadline import install as install_deadlines
 from .failures import (
     Context,
-    HubDeadlineError,
     HubOfflineError,
     RangeMismatchError,
     RangeNotHonouredError,

@@ -10,7 +10,7 @@ and would hold a run forever. A deadline bounds the request as a whole, its retr
   chunks;
 * any failure after the deadline is reported as the deadline passing.
 
-The run then ends in a :class:`~.failures.HubDeadlineError` (exit 3). A server silent before its
+The run then ends in a :class:`HubDeadlineError` (exit 3). A server silent before its
 answer's headers is ended by the per-read timeout (``HF_HUB_DOWNLOAD_TIMEOUT``) instead.
 
 The deadlines are :class:`~.retry.RetryPolicy` fields, else the environment
@@ -34,9 +34,13 @@ import httpx2
 from huggingface_hub import get_session
 from huggingface_hub.utils import silent_tqdm  # type: ignore[attr-defined]  # public, lazily exported
 
-from ...errors import UsageError
-from .failures import HubDeadlineError
+from ...errors import HubError, UsageError
 from .watchdog import WATCHDOG, shut
+
+
+class HubDeadlineError(HubError):
+    """A Hub request, or the audit's Hub reads together, took longer than their deadline."""
+
 
 REQUEST_ENV = "QARM_HUB_REQUEST_DEADLINE"
 AUDIT_ENV = "QARM_HUB_DEADLINE"

@@ -42,10 +42,6 @@ class HubOfflineError(HubError):
     """``HF_HUB_OFFLINE`` is set and something the audit needs is not in the cache."""
 
 
-class HubDeadlineError(HubError):
-    """A Hub request, or the audit's Hub reads together, took longer than their deadline."""
-
-
 @dataclass(frozen=True)
 class Context:
     """What a failure message needs to say which of repo, revision or file is at fault."""

@@ -25,8 +25,8 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
 )
 
 from ...errors import HubError, ShardIndexError, UsageError
-from ..checkpoint import INDEX_FILE, SINGLE_FILE
-from ..index import ShardIndex, check_shard_name
+from ..checkpoint import INDEX_FILE, SINGLE_FILE, ShardIndex
+from ..index import check_shard_name
 from ..local import read_text
 from .deadline import RequestDeadline
 from .failures import Context
