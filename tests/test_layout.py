@@ -94,3 +94,49 @@ def test_no_source_file_is_too_long() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports (a name imported from a package counts as its
+    ``__init__``), lazily and under TYPE_CHECKING too."""
+    modules = {".".join(_module_name(p)): p for p in _sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for target in _imports(path):
+            while target and ".".join(target) not in modules:
+                target = target[:-1]  # qarm_audit.sources.Checkpoint -> qarm_audit.sources
+            if target and ".".join(target) != name:
+                targets.add(".".join(target))
+        graph[name] = targets
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of two or more modules that reach one another (strongly connected)."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        reach[start] = seen
+    found = {
+        tuple(sorted({m} | {o for o in reach[m] if m in reach[o]}))
+        for m in graph
+        if any(m in reach[o] for o in reach[m])
+    }
+    return sorted(map(list, found))
+
+
+def test_no_modules_import_each_other() -> None:
+    """No circle, not even one closed only by a lazy or TYPE_CHECKING import: each file reads
+    without the ones that use it."""
+    assert _circles(_import_graph()) == []
+
+
+def test_a_circle_is_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
