@@ -82,13 +82,28 @@ def _bend_a_header(shard: Path, rng: random.Random) -> None:
     shard.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
 
 
-def _audit_ends_in_a_report_or_a_named_error(folder: Path) -> None:
-    try:
-        report = audit(str(folder))
-    except QarmError:
-        return
-    render_json(report)
-    render_markdown(report)
+def _bent_copy_audits(fixture: str, pattern: str, data: st.DataObject, bend_file: Any) -> None:
+    """A copy of the fixture with one of its files matching ``pattern`` bent by ``bend_file``
+    ends in a report that renders, or in a named error."""
+    source = PRODUCERS / fixture
+    name = data.draw(st.sampled_from(sorted(p.name for p in source.glob(pattern))))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "c"
+        shutil.copytree(source, folder)
+        bend_file(folder / name)
+        try:
+            report = audit(str(folder))
+        except QarmError:
+            return
+        render_json(report)
+        render_markdown(report)
+
+
+def _bend_a_document(path: Path, rng: random.Random) -> None:
+    document = json.loads(path.read_text())
+    for _ in range(rng.randint(1, 3)):
+        document = bend(document, rng)
+    path.write_text(json.dumps(document))
 
 
 @PROPERTY
@@ -96,17 +111,7 @@ def _audit_ends_in_a_report_or_a_named_error(folder: Path) -> None:
 def test_a_bent_document_ends_in_a_report_or_a_named_error(
     fixture: str, rng: random.Random, data: st.DataObject
 ) -> None:
-    source = PRODUCERS / fixture
-    documents = sorted(p.name for p in source.glob("*.json"))
-    name = data.draw(st.sampled_from(documents))
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "c"
-        shutil.copytree(source, folder)
-        document = json.loads((folder / name).read_text())
-        for _ in range(rng.randint(1, 3)):
-            document = bend(document, rng)
-        (folder / name).write_text(json.dumps(document))
-        _audit_ends_in_a_report_or_a_named_error(folder)
+    _bent_copy_audits(fixture, "*.json", data, lambda path: _bend_a_document(path, rng))
 
 
 @PROPERTY
@@ -114,12 +119,8 @@ def test_a_bent_document_ends_in_a_report_or_a_named_error(
 def test_a_bent_header_ends_in_a_report_or_a_named_error(
     fixture: str, rng: random.Random, data: st.DataObject
 ) -> None:
-    source = PRODUCERS / fixture
-    shards = sorted(p.name for p in source.glob("*.safetensors"))
-    shard = data.draw(st.sampled_from(shards))
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "c"
-        shutil.copytree(source, folder)
+    def bend_twice(path: Path) -> None:
         for _ in range(rng.randint(1, 2)):
-            _bend_a_header(folder / shard, rng)
-        _audit_ends_in_a_report_or_a_named_error(folder)
+            _bend_a_header(path, rng)
+
+    _bent_copy_audits(fixture, "*.safetensors", data, bend_twice)
