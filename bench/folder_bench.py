@@ -20,7 +20,9 @@ Cases (each qarm run alternated with a floor run of the same folder):
 
 The floor: a process that reads every shard's 8-byte prefix and header, parses each header and
 the index with ``orjson.loads``, and exits. Reported: wall seconds, CPU seconds (user + system,
-of the child alone) and peak RSS, the median of ``--repeat`` runs each.
+of the child alone) and peak RSS, the median of ``--repeat`` runs each; and the CPU ratio of
+each floor run to the qarm run right after it (median, min-max), which shows a machine whose
+speed drifted during the run.
 """
 
 from __future__ import annotations
@@ -107,6 +109,13 @@ def median(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def by_pair(qarm_runs: list[dict[str, float]], floor_runs: list[dict[str, float]]) -> str:
+    """The CPU ratio of each floor run and the qarm run right after it: median (min-max). A
+    machine whose speed drifts during the run shows here as a wide range."""
+    ratios = [q["cpu"] / f["cpu"] for q, f in zip(qarm_runs, floor_runs, strict=True)]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -153,15 +162,15 @@ def main() -> int:
             runs["qarm"].append(measure(qarm(folder)))
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine.describe()}")
     print("| case | qarm wall s | floor wall s | wall ratio | qarm CPU s | floor CPU s | "
-          "CPU ratio | qarm peak RSS MiB | exit |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU ratio | CPU ratio by pair | qarm peak RSS MiB | exit |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in cases:
         q, f = results[case]["qarm"], results[case]["floor"]
         print(
             f"| {case} | {median(q, 'wall'):.2f} | {median(f, 'wall'):.2f} | "
             f"{median(q, 'wall') / median(f, 'wall'):.2f} | {median(q, 'cpu'):.2f} | "
             f"{median(f, 'cpu'):.2f} | {median(q, 'cpu') / median(f, 'cpu'):.2f} | "
-            f"{max(r['rss'] for r in q):.0f} | {int(q[0]['exit'])} |"
+            f"{by_pair(q, f)} | {max(r['rss'] for r in q):.0f} | {int(q[0]['exit'])} |"
         )
     derived = []
     if {"ct", "ct-10x"} <= set(cases):
