@@ -232,14 +232,9 @@ class CompressedTensorsResolver:
 
     def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
         """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
-        best: tuple[int, str] | None = None
         engine = self.path(name) if self.path else name
         exact = self.target_exact.get(name, self.target_exact.get(engine))
-        if exact is not None:
-            best = (exact, "exact")
-        j = self.target_regex.first(engine)
-        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
-            best = (self.regex_targets[j][0], "regex")
+        best = self._first_target(exact, self.target_regex.first(engine))
         if best is None:
             return None
         target = self.targets[best[0]]
@@ -251,13 +246,8 @@ class CompressedTensorsResolver:
         return self._target_of(exact, self.target_regex.first(engine), info)
 
     def _target_of(self, exact: int | None, j: int | None, info: ModuleInfo) -> Membership:
-        """The target that decides: the exact entry ``exact`` (its place among the targets)
-        or the ``re:`` target ``j`` matches first, whichever comes first; else a class."""
-        best: tuple[int, str] | None = None
-        if exact is not None:
-            best = (exact, "exact")
-        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
-            best = (self.regex_targets[j][0], "regex")
+        """The target that decides: :meth:`_first_target`, else a class."""
+        best = self._first_target(exact, j)
         if best is None:
             return self._class_target(info) or _UNLISTED
         found = self.made.get(best)
@@ -265,3 +255,13 @@ class CompressedTensorsResolver:
             target = self.targets[best[0]]
             found = self.made[best] = Membership(self.rules.targets[target], best[1], target)
         return found
+
+    def _first_target(self, exact: int | None, j: int | None) -> tuple[int, str] | None:
+        """(place among the targets, how) of the exact entry ``exact`` (its place) or the
+        ``re:`` target ``j`` matches first, whichever comes first in the declaration."""
+        best: tuple[int, str] | None = None
+        if exact is not None:
+            best = (exact, "exact")
+        if j is not None and (best is None or self.regex_targets[j][0] < best[0]):
+            best = (self.regex_targets[j][0], "regex")
+        return best

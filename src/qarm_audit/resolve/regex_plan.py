@@ -110,20 +110,30 @@ _ANCHOR_START = getattr(getattr(re2, "_Anchor", None), "ANCHOR_START", None)
 wrapper does not expose it, and its own ``match`` is used)."""
 
 
-def re2_match(compiled: Any) -> Any:
-    """``name -> bool``: does ``compiled`` (an re2 pattern) match at the start of ``name``.
-
-    Calls re2's matcher directly (the wrapper's ``match`` maps byte offsets back to characters
-    for a match object, which costs four times the match); the wrapper where that is absent."""
+def _matcher(compiled: Any) -> Any:
+    """re2's own matcher behind the wrapper's ``compiled``, or None where it cannot be reached
+    (the wrapper's ``match`` maps byte offsets back to characters for a match object, which
+    costs four times the match)."""
     regexp = getattr(compiled, "_regexp", None)
-    anchor = _ANCHOR_START
-    if regexp is None or anchor is None or not hasattr(regexp, "Match"):
+    if regexp is None or _ANCHOR_START is None or not hasattr(regexp, "Match"):
+        return None
+    return regexp
+
+
+_NONE = (-1, -1)
+"""The span re2's matcher gives for no match."""
+
+
+def re2_match(compiled: Any) -> Any:
+    """``name -> bool``: does ``compiled`` (an re2 pattern) match at the start of ``name``,
+    through re2's matcher where it can be reached, else through the wrapper."""
+    regexp, anchor = _matcher(compiled), _ANCHOR_START
+    if regexp is None:
         return lambda name: compiled.match(name) is not None
-    none = (-1, -1)
 
     def match(name: str) -> bool:
         data = name.encode("utf-8")
-        return bool(regexp.Match(anchor, data, 0, len(data))[0] != none)
+        return bool(regexp.Match(anchor, data, 0, len(data))[0] != _NONE)
 
     return match
 
@@ -131,16 +141,14 @@ def re2_match(compiled: Any) -> Any:
 def re2_match_many(compiled: Any) -> Callable[[Sequence[str]], list[bool]] | None:
     """``names -> [bool]``: :func:`re2_match` of each name, in one call of re2's matcher per
     name without a Python frame around it; None where re2's matcher cannot be reached."""
-    regexp = getattr(compiled, "_regexp", None)
-    anchor = _ANCHOR_START
-    if regexp is None or anchor is None or not hasattr(regexp, "Match"):
+    regexp, anchor = _matcher(compiled), _ANCHOR_START
+    if regexp is None:
         return None
-    none = (-1, -1)
 
     def match_many(names: Sequence[str]) -> list[bool]:
         data = list(map(str.encode, names))
         spans = map(regexp.Match, repeat(anchor), data, repeat(0), map(len, data))
-        return list(map(ne, map(_WHOLE, spans), repeat(none)))
+        return list(map(ne, map(_WHOLE, spans), repeat(_NONE)))
 
     return match_many
 

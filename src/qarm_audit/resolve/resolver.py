@@ -167,14 +167,15 @@ def experts_disagreements(
     pairs = dict.fromkeys(
         zip(layers, map(_BUCKET, map(memberships.__getitem__, names)), strict=True)
     )
-    mixed = [layer for layer, count in Counter(map(_FIRST, pairs)).items() if count > 1]
-    out = []
-    for layer in mixed:
-        members = [info for info in experts if info.engine_name == layer]
-        found = experts_disagree(layer, members, memberships)
-        if found is not None:
-            out.append(found)
-    return out
+    mixed: dict[str, list[ModuleInfo]] = {
+        layer: [] for layer, count in Counter(map(_FIRST, pairs)).items() if count > 1
+    }
+    if mixed:  # each mixed layer's experts, in one pass over them
+        for info, layer in zip(experts, layers, strict=True):
+            if layer in mixed:
+                mixed[layer].append(info)
+    found = (experts_disagree(layer, members, memberships) for layer, members in mixed.items())
+    return [f for f in found if f is not None]
 
 
 def _language_model_aliases(name: str) -> list[str]:
