@@ -438,7 +438,7 @@ def _trace_ct_rules(
         else:
             log.na(f"ignore: regex{scope}", "no re: ignore entries")
     if len(names) > 1:
-        whole = ct._target_name(engine, info)
+        whole = ct.target_of_name(engine)
         if whole is not None:
             log.hit(
                 "targets (fused module)",

@@ -17,16 +17,16 @@ from ..modules.inventory import ModuleInfo, engine_layers
 from .matchers import FirstMatch
 from .regex_module import regex_module_form
 from .resolver import (
-    _UNLISTED,
     EXCLUDED,
+    UNLISTED_MEMBERSHIP,
     Membership,
     Overrides,
     Resolution,
-    _engine,
-    _is_fused,
     engine_class,
+    engine_membership,
     experts_disagree,
     experts_disagreements,
+    is_fused_layer,
 )
 
 _DECISION_KEY = attrgetter("layer_kind", "quant_config", "layer_class", "kind")
@@ -90,7 +90,7 @@ class CompressedTensorsResolver:
             # every module's own decision; then each fused layer's one decision for its shards
             self.out.memberships = decided
             for engine_name, members in engine_layers(_fused_layers(self.modules)).items():
-                if _is_fused(members):
+                if is_fused_layer(members):
                     self._fused(engine_name, members)
             self.out.findings.extend(experts_disagreements(self.modules, decided))
         self.out.unmatched = [t for t in self.target_exact if "." in t and t not in self.modules]
@@ -100,13 +100,13 @@ class CompressedTensorsResolver:
         """Each engine layer in turn, each module in turn, as the engine meets them."""
         memberships = self.out.memberships
         for engine_name, members in engine_layers(self.modules).items():
-            if _is_fused(members):
+            if is_fused_layer(members):
                 self._fused(engine_name, members)
             else:
                 overrides: Overrides = {}
                 for info in members:
                     own = self._ignored(info.name) or self._target(info)
-                    memberships[info.name] = _engine(own, info, overrides)
+                    memberships[info.name] = engine_membership(own, info, overrides)
             mixed = experts_disagree(engine_name, members, memberships)
             if mixed is not None:
                 self.out.findings.append(mixed)
@@ -127,16 +127,19 @@ class CompressedTensorsResolver:
         if any(shards_ignored):
             decided = own  # vLLM refuses the layer: "Found different quantization schemes"
         else:
-            named = self._target_name(engine_name, members[0])
+            named = self.target_of_name(engine_name)
             if named is not None:
                 # the declaration names the engine's layer itself: one answer, no disagreement
                 own = dict.fromkeys(own, named)
             whole = (
-                named or self._shards_target(members) or self._class_target(members[0]) or _UNLISTED
+                named
+                or self._shards_target(members)
+                or self._class_target(members[0])
+                or UNLISTED_MEMBERSHIP
             )
             decided = dict.fromkeys(own, whole)
         for info in members:
-            self.out.memberships[info.name] = _engine(decided[info.name], info)
+            self.out.memberships[info.name] = engine_membership(decided[info.name], info)
         if len({m.bucket for m in own.values()}) > 1:
             detail = ", ".join(f"{m.leaf}={own[m.name].bucket}" for m in members)
             engine = self.out.memberships[members[0].name]
@@ -156,7 +159,7 @@ class CompressedTensorsResolver:
 
     def _shards_target(self, members: list[ModuleInfo]) -> Membership | None:
         """Every shard's name matches a target: the first shard's target decides."""
-        firsts = [self._target_name(m.name, m) for m in members]
+        firsts = [self.target_of_name(m.name) for m in members]
         if any(f is None for f in firsts):
             return None
         first = firsts[0]
@@ -212,7 +215,7 @@ class CompressedTensorsResolver:
                 if i is not None
                 else self._target_of(exact_index, j, info)
             )
-            made[key] = _engine(own, info)
+            made[key] = engine_membership(own, info)
         return dict(zip(names, map(made.__getitem__, keys), strict=True))
 
     def _ignored(self, name: str) -> Membership | None:
@@ -230,7 +233,7 @@ class CompressedTensorsResolver:
             found = self.ignored_by[i] = Membership(EXCLUDED, "regex", rule)
         return found
 
-    def _target_name(self, name: str, info: ModuleInfo) -> Membership | None:
+    def target_of_name(self, name: str) -> Membership | None:
         """A target naming ``name`` exactly or by ``re:``, as the fused layer's own name."""
         engine = self.path(name) if self.path else name
         exact = self.target_exact.get(name, self.target_exact.get(engine))
@@ -249,7 +252,7 @@ class CompressedTensorsResolver:
         """The target that decides: :meth:`_first_target`, else a class."""
         best = self._first_target(exact, j)
         if best is None:
-            return self._class_target(info) or _UNLISTED
+            return self._class_target(info) or UNLISTED_MEMBERSHIP
         found = self.made.get(best)
         if found is None:
             target = self.targets[best[0]]

@@ -26,8 +26,8 @@ from .resolver import (
     UNLISTED,
     Membership,
     Resolution,
-    _is_fused,
     experts_disagree,
+    is_fused_layer,
     layer_override,
 )
 
@@ -58,7 +58,7 @@ class Fp8Resolver:
         """vLLM's ``is_layer_skipped`` for the layer ``engine_name``."""
         if not self.exact:
             return None
-        if _is_fused(members):
+        if is_fused_layer(members):
             if engine_name in self.exact:
                 return Membership(EXCLUDED, "exact", engine_name)
             listed = [m for m in members if m.name in self.exact]

@@ -68,7 +68,8 @@ def engine_class(info: ModuleInfo) -> str | None:
 
 EXCLUDED = "excluded"
 UNLISTED = "unlisted"
-_UNLISTED = Membership(UNLISTED, "none")
+UNLISTED_MEMBERSHIP = Membership(UNLISTED, "none")
+"""A module no declaration entry names: shared, since most unlisted modules are alike."""
 NOT_QUANTIZABLE = frozenset({"norm", "conv"})
 """Layer kinds no quant method applies to in the engines (only Linear and MoE layers)."""
 
@@ -88,16 +89,17 @@ not a layer the engine builds with a quant method (the seed's ``linear_attn`` co
 
 
 Overrides: TypeAlias = dict[tuple[str, bool, str], Membership | None]
-"""A layer's override per (layer kind, quant config, class): :func:`_engine`'s memo."""
+"""A layer's override per (layer kind, quant config, class): :func:`engine_membership`'s memo."""
 
 
-def _engine(
+def engine_membership(
     membership: Membership,
     info: ModuleInfo,
     overrides: Overrides | None = None,
 ) -> Membership:
-    """``overrides``: the override per (layer kind, quant config, class), for a layer's many
-    members (it depends on nothing else)."""
+    """The membership the engine acts on: ``membership`` unless the engine builds the layer
+    with no quant method (:func:`layer_override`). ``overrides``: the override per (layer
+    kind, quant config, class), for a layer's many members (it depends on nothing else)."""
     if membership.bucket in (EXCLUDED, UNLISTED) or membership.how in INHERITED:
         return membership
     if overrides is None:
@@ -114,7 +116,8 @@ _OVERRIDE_KEY = attrgetter("layer_kind", "quant_config", "layer_class")
 """What :func:`layer_override` depends on."""
 
 
-def _is_fused(members: list[ModuleInfo]) -> bool:
+def is_fused_layer(members: list[ModuleInfo]) -> bool:
+    """Whether an engine layer's members are the shards of one fused layer (``qkv_proj``)."""
     return len(members) > 1 and bool(members[0].fused_shards)
 
 
@@ -299,7 +302,7 @@ class _ModelOpt:
                 chosen = (
                     self._single(info) if self.layers is None else self._mixed(info, engine_name)
                 )
-                memberships[info.name] = _engine(chosen, info)
+                memberships[info.name] = engine_membership(chosen, info)
         self._after_group(engine_name, members, excluded)
 
     def _members_of_layer(
@@ -317,7 +320,7 @@ class _ModelOpt:
             if own is None:
                 own = self._mixed(info, engine_name)
             agrees = own.how == "exact" and own.bucket == once.bucket
-            memberships[name] = _engine(own if agrees else once, info, overrides)
+            memberships[name] = engine_membership(own if agrees else once, info, overrides)
 
     def _all_listed_alike(self, once: Membership, members: list[ModuleInfo]) -> bool:
         """What :meth:`_members_of_layer` decides, built in C, for a layer whose members are
@@ -349,7 +352,7 @@ class _ModelOpt:
         mixed = experts_disagree(engine_name, members, self.out.memberships)
         if mixed is not None:
             self.out.findings.append(mixed)
-        if excluded is None and _is_fused(members):
+        if excluded is None and is_fused_layer(members):
             buckets = {self.out.memberships[m.name].bucket for m in members}
             if len(buckets) > 1:
                 detail = ", ".join(
@@ -373,7 +376,7 @@ class _ModelOpt:
             # vLLM tests its own layer name, against entries mapped as the names are: an entry
             # in either naming names the layer
             hit = self.excludes.check(engine, ()) or hit
-        if hit is None and _is_fused(members):
+        if hit is None and is_fused_layer(members):
             exact = self.excludes.exact
             listed = [
                 m
@@ -411,7 +414,7 @@ class _ModelOpt:
     def _single(self, info: ModuleInfo) -> Membership:
         if info.kind == "linear" and self.rules.default_scheme is not None:
             return Membership(self.rules.default_scheme.name, "class", "Linear")
-        return _UNLISTED
+        return UNLISTED_MEMBERSHIP
 
     def _mixed_layer(self, engine_name: str, members: list[ModuleInfo]) -> Membership | None:
         """vLLM's one MIXED_PRECISION lookup for a layer it builds from several checkpoint
@@ -479,7 +482,7 @@ class _ModelOpt:
                 key = self._first_child(parent)
                 if key is not None:
                     return Membership(layers[key], "experts-parent", key)
-        return _UNLISTED
+        return UNLISTED_MEMBERSHIP
 
     def _own_names(self, name: str) -> list[str]:
         """A layer's checkpoint name and, where the model renames it, the engine's own."""
