@@ -31,7 +31,8 @@ own."""
 class AwqConfig(BaseModel):
     """The ``quantization_config`` block of an AWQ checkpoint."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
     quant_method: str
     bits: PackedBits

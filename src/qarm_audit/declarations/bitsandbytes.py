@@ -30,7 +30,8 @@ NESTED_BLOCKSIZE = 256
 class BnbConfig(BaseModel):
     """The ``quantization_config`` block of a bitsandbytes checkpoint."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
     quant_method: str
     load_in_4bit: StrictBool | None = None

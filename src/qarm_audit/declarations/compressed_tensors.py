@@ -20,7 +20,8 @@ GroupSize = Annotated[int, Strict(), AfterValidator(_positive_or_channel)]
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
 
 class QuantArgs(_Open):

@@ -22,7 +22,8 @@ BlockDim = Annotated[int, Strict(), Field(gt=0)]
 class Fp8Config(BaseModel):
     """The ``quantization_config`` block of a native FP8 checkpoint."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
     quant_method: str
     activation_scheme: Literal["dynamic", "static"]

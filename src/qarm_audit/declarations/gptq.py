@@ -51,7 +51,8 @@ class GptqConfig(BaseModel):
     """The ``quantization_config`` block of a GPTQ checkpoint."""
 
     # GPTQModel writes model_name_or_path: a field of ours, not pydantic's namespace
-    model_config = ConfigDict(extra="allow", frozen=True, protected_namespaces=())
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True, protected_namespaces=())
 
     quant_method: str
     bits: PackedBits

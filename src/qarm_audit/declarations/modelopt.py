@@ -24,7 +24,8 @@ floats, bools and strings are refused by name."""
 class _Open(BaseModel):
     """Unknown keys are kept (and later listed), never rejected: producers drift."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
 
 class Producer(_Open):
@@ -106,7 +107,7 @@ class InlineConfig(_Open):
 class Normalized(BaseModel):
     """The fields both spellings reduce to."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
     quant_algo: str | None
     kv_algo: str | None

@@ -36,7 +36,8 @@ METHOD = "mxfp4"
 class Mxfp4Config(BaseModel):
     """The ``quantization_config`` block of a gpt-oss MXFP4 checkpoint."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
 
     quant_method: str
     modules_to_not_convert: list[str] | None = None

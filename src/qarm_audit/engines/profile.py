@@ -41,7 +41,8 @@ Source = Annotated[str | None, AfterValidator(_cited)]
 class EnvVar(BaseModel):
     """One engine setting a profile's rules may condition on (a flag or a variable)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
     default: str
     description: str = ""
     choices: list[str] | None = None
@@ -59,7 +60,7 @@ class EnvVar(BaseModel):
 class Rule(BaseModel):
     """One routing rule. Every condition given must hold; an empty rule matches everything."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     # --- conditions on the declaration -----------------------------------------------------
     declared_family: list[str] | None = None
@@ -147,7 +148,7 @@ class LoadError(BaseModel):
     (shards declared different schemes).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     code: str
     producer: list[str] | None = None
@@ -169,7 +170,7 @@ class DeclarationError(BaseModel):
     """The engine refuses the declaration itself, before building any layer (e.g. vLLM and a
     compressed-tensors ``sparsity_config``): ``engine-refuses-declaration``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     producer: list[str] | None = None
     sparsity: bool | None = None
@@ -204,7 +205,7 @@ class LayerError(BaseModel):
     on the module. The scheme loads when its family, weight-only-ness and weight strategy are
     all among the ``loads_*`` values given."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     producer: list[str] | None = None
     layer_kind: list[str]
@@ -219,7 +220,7 @@ class LayerError(BaseModel):
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     name: str
     engine: str
@@ -438,7 +439,7 @@ def resolve_env(profile: Profile, overrides: dict[str, str]) -> dict[str, str]:
 class View(BaseModel):
     """What the rules see of one module: the declaration's side and the shipped side."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     declared_family: str
     declared_algo: str

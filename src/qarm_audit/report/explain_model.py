@@ -10,7 +10,8 @@ EXPLAIN_SCHEMA_VERSION = "1.0"
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
 
 class Attempt(_Row):

@@ -12,7 +12,8 @@ make it 2.0."""
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # validator built on first use: a process builds few of these models
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
 
 class SourceInfo(_Row):
