@@ -68,3 +68,46 @@ def test_the_library_api_is_there_on_first_use() -> None:
     assert set(qarm_audit.__all__) <= set(dir(qarm_audit))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = qarm_audit.nothing  # type: ignore[attr-defined]
+
+
+BUILT = """
+import atexit, json, runpy, sys
+out, sys.argv = sys.argv[1], ["qarm", *sys.argv[2:]]
+
+def built():
+    from pydantic import BaseModel
+    return sorted(
+        f"{name}.{value.__name__}"
+        for name, module in list(sys.modules.items())
+        if name.startswith("qarm_audit")
+        for value in list(vars(module).values())
+        if isinstance(value, type)
+        and issubclass(value, BaseModel)
+        and value.__module__ == name
+        and value.__pydantic_complete__
+    )
+
+atexit.register(lambda: open(out, "w").write(json.dumps(built())))
+runpy.run_module("qarm_audit", run_name="__main__")
+"""
+
+
+def test_an_audit_builds_the_validators_of_the_models_it_uses_only(tmp_path: Path) -> None:
+    """pydantic builds a model's validator at its first use (``defer_build``), not when its
+    module is imported: a ModelOpt audit without ``--probe-scalars`` builds neither the
+    bitsandbytes model its module defines nor the report's probe section."""
+    out = tmp_path / "built.json"
+    manifest = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
+    done = subprocess.run(
+        [sys.executable, "-c", BUILT, str(out), "audit", str(manifest), "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    built = set(json.loads(out.read_text()))
+    assert "qarm_audit.declarations.modelopt.HfQuantConfig" in built
+    assert "qarm_audit.report.model.Report" in built
+    assert "qarm_audit.declarations.bitsandbytes.BnbConfig" not in built
+    assert "qarm_audit.report.model.ProbeInfo" not in built
