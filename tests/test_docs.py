@@ -113,3 +113,31 @@ def test_json_doc_names_every_report_field() -> None:
     assert f'"{SCHEMA_VERSION}"' in text
     missing = [field for field in Report.model_fields if f"`{field}`" not in text]
     assert missing == []
+
+
+def test_json_doc_example_and_schema_id_are_what_the_tool_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """json.md's example is the projection its ``jq`` line makes of a real audit, and the
+    ``$id`` it quotes is the schema's; each nested row type's fields are named too."""
+    import re
+
+    from qarm_audit import audit
+    from qarm_audit.report.model import Bucket
+    from qarm_audit.report.render_json import SCHEMA_ID
+
+    text = (REPO / "docs" / "json.md").read_text()
+    assert f"`{SCHEMA_ID}`" in text
+    assert [f for f in Bucket.model_fields if f"`{f}`" not in text] == []
+    example = text.split("## Example", 1)[1]
+    command = re.search(r"\$ qarm audit (\S+) -f json", example)
+    shown = re.search(r"^(\{\n.*?\n\})$", example, re.M | re.S)
+    assert command and shown
+    monkeypatch.chdir(REPO)
+    report = json.loads(audit(command[1]).model_dump_json())
+    projected = {
+        "verdict": report["verdict"],
+        "totals": report["totals"],
+        "warnings": [row["code"] for row in report["warnings"]],
+    }
+    assert json.loads(shown[1]) == projected
