@@ -278,6 +278,54 @@ def test_no_stderr_line_and_no_table_line_starts_a_workflow_command(
             assert _starts_a_command(text) == [] and _starts_a_command(result.stderr) == []
 
 
+def test_no_line_starts_a_workflow_command_from_a_label_or_a_mapped_name(
+    tmp_path: Path, run: Any
+) -> None:
+    """A source label stands first on the verdict line and on the table's first and last
+    lines, and ``--map`` indents module names at the start of its lines: a label or a name
+    that begins with ``::`` was a workflow command once the runner trimmed the indent."""
+    command = "::error title=forged::x"
+    names = {
+        f"{command}.weight": ("BF16", (64, 64)),
+        f"model.layers.0.{command}.q_proj.weight": ("BF16", (64, 64)),
+    }
+    root = write_checkpoint(
+        tmp_path / "map",
+        {"model.safetensors": {**fp8_modelopt("model.layers.0.mlp.up_proj"), **names}},
+        {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")},
+    )
+    manifest = tmp_path / "m.json"
+    assert run("manifest", root, "-o", manifest).exit_code == 0
+    document = json.loads(manifest.read_text())
+    document["origin"] = {"repo": command, "revision": None}
+    manifest.write_text(json.dumps(document))
+    for source in (root, manifest):
+        for fmt in ("table", "markdown", "json"):
+            result = run("audit", source, "--map", "-f", fmt)
+            assert result.exit_code in (ExitCode.CLEAN, ExitCode.FINDINGS), result.stderr
+            assert _starts_a_command(result.stdout) == [], (source, fmt)
+            assert _starts_a_command(result.stderr) == [], (source, fmt)
+    assert "\\x3a:error title=forged::x" in result.stderr
+
+
+def test_workflow_command_data_hides_nothing(tmp_path: Path) -> None:
+    """A terminal sequence or a bidirectional override in a name reached the log raw inside an
+    annotation; line breaks still take the runner's own ``%0A``."""
+    from qarm_audit.report.escape import gh_data
+
+    hostile = "a\x1b]8;;https://x.example\x07b\x08\x7f\u202ec\U000e0041"
+    assert gh_data(hostile) == "a\\x1b]8;;https://x.example\\x07b\\x08\\x7f\\u202ec\\U000e0041"
+    assert gh_data("50% a\r\nb") == "50%25 a%0D%0Ab"
+
+
+def test_characters_that_draw_nothing_are_shown() -> None:
+    """Tag characters, variation selectors, the combining grapheme joiner and the Hangul
+    fillers draw nothing: ``up_proj`` with one appended looked like ``up_proj``."""
+    for char in ("\U000e0041", "\U000e0100", "\ufe0f", "\u034f", "\u115f", "\u3164", "\uffa0"):
+        assert visible(f"up_proj{char}") != f"up_proj{char}", hex(ord(char))
+        assert visible(f"up_proj{char}").isascii()
+
+
 # -- the escapers themselves ---------------------------------------------------------------
 
 

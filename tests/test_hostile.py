@@ -24,6 +24,7 @@ from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import (
     DeclarationError,
+    ExitCode,
     FetchError,
     HeaderError,
     HeaderTooLargeError,
@@ -1221,3 +1222,71 @@ def test_tokens_are_scrubbed_from_every_chained_exception(
     assert "OSError: Bearer <HF_TOKEN>" in result.stderr
     assert "direct cause" in result.stderr
     assert not [line for line in result.stderr.split("\n") if line.lstrip().startswith("::")]
+
+
+DEEP_TOML = "x = " + "[" * 3000 + "]" * 3000 + "\n"
+
+
+def test_toml_nested_too_deeply_or_not_utf8_is_a_named_error(tmp_path: Path, run: Any) -> None:
+    """tomllib parses nested arrays by recursion: a profile, a ``--config`` file or the
+    ``qarm.toml`` read from the working folder nested 3 000 deep ended in an internal error,
+    as did a profile that is not UTF-8."""
+    from conftest import MANIFESTS
+
+    manifest = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
+    deep = tmp_path / "deep.toml"
+    deep.write_text(DEEP_TOML)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'name = "\xff"\n')
+    for args, said in (
+        (("--engine", deep), "nested too deeply"),
+        (("--engine", latin), "not UTF-8"),
+        (("--config", deep), "nested too deeply"),
+    ):
+        result = run("audit", manifest, *args)
+        assert result.exit_code == ExitCode.BAD_INPUT, (args, result.stderr)
+        assert result.stderr.startswith("qarm: error: ") and said in result.stderr
+
+
+def test_digits_that_python_cannot_read_as_an_integer_are_refused_by_name(
+    tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``"²".isdigit()`` is true and ``int("²")`` fails: ``COLUMNS=²`` ended in an internal
+    error, and ``--gpu sm²`` printed int()'s own message."""
+    from conftest import MANIFESTS
+
+    manifest = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
+    monkeypatch.setenv("COLUMNS", "²")
+    for args in ((), ("-f", "markdown"), ("-o", tmp_path / "table.txt")):
+        result = run("audit", manifest, *args)
+        assert result.exit_code == ExitCode.CLEAN, result.stderr
+    result = run("audit", manifest, "--gpu", "sm²")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "unknown GPU 'sm²'" in result.stderr and "int()" not in result.stderr
+
+
+def test_the_report_never_replaces_a_file_it_audits(tmp_path: Path, run: Any) -> None:
+    """``-o`` (and ``--json-output``) naming the manifest audited, or a file of the audited
+    folder, replaced it with the report; a new file beside them is still written."""
+    from conftest import MANIFESTS
+
+    manifest = tmp_path / "m.manifest.json"
+    manifest.write_bytes((MANIFESTS / "seed-nvfp4-w4a4.manifest.json").read_bytes())
+    root = write_checkpoint(
+        tmp_path / "ckpt",
+        {"model.safetensors": {"model.layers.0.mlp.up_proj.weight": ("BF16", (64, 64))}},
+        {"config.json": {"model_type": "llama"}},
+    )
+    before = {p: p.read_bytes() for p in (manifest, *root.iterdir())}
+    for args in (
+        ("audit", manifest, "-o", manifest),
+        ("audit", manifest, "--json-output", manifest),
+        ("audit", root, "-f", "markdown", "-o", root / "model.safetensors"),
+        ("explain", root, "model.layers.0.mlp.up_proj", "-o", root / "config.json"),
+        ("diff", manifest, root, "-o", manifest),
+    ):
+        result = run(*args)
+        assert result.exit_code == ExitCode.BAD_INPUT, (args, result.stderr)
+        assert "which qarm only reads" in result.stderr
+    assert {p: p.read_bytes() for p in before} == before
+    assert run("audit", root, "-o", root / "report.txt").exit_code == ExitCode.CLEAN

@@ -23,6 +23,7 @@ from .report import (
     render_markdown,
     verdict_line,
 )
+from .report.escape import no_command
 from .report.group import plural
 from .report.locate import source_file
 from .report.model import Report
@@ -271,7 +272,8 @@ def audit_command(
     if verbose and rules:
         origins = sorted({r.origin for r in rules})
         say(f"qarm: {plural(len(rules), 'ignore rule')} from {', '.join(origins)}")
-    with Output.at(_dash(output)) as out, Output.at(_dash(json_output), "--json-output") as js:
+    out_at = Output.at(_dash(output), reads=sources)
+    with out_at as out, Output.at(_dash(json_output), "--json-output", sources) as js:
         run = _AuditRun(options, out, len(sources))
         keep(run)  # its reports are freed at the process's end, not before it
         worst = run.run(sources, js if json_output is not None else None)
@@ -415,6 +417,8 @@ class _AuditRun:
                 self.out.put(self._json())
         elif not self.to_terminal:
             text = ("\n" if o.fmt in ("table", "markdown") else "").join(self.texts)
+            if o.fmt != "github":
+                text = no_command(text)
             if self.out.path is None or any_report:
                 self.out.put(text)
         if json_out is not None and any_report:
@@ -435,12 +439,11 @@ def _render(report: Report, fmt: str, show_map: bool) -> str:
         return render_markdown(report, scheme_map=show_map)
     from io import StringIO
 
-    from rich.console import Console
-
+    from .report.console import ReportConsole
     from .report.render_table import render_table
 
     buffer = StringIO()
-    console = Console(file=buffer, width=table_width(to_stdout=False), color_system=None)
+    console = ReportConsole(file=buffer, width=table_width(to_stdout=False), color_system=None)
     render_table(report, console, scheme_map=show_map)
     return buffer.getvalue()
 
@@ -532,8 +535,6 @@ def _emit(
     table: Callable[[Console], None],
 ) -> None:
     """Write ``text()`` (JSON or markdown) or the rich ``table`` to ``out`` or stdout."""
-    from rich.console import Console
-
     from .report.console import ReportConsole
 
     if fmt == "table" and out.path is None:
@@ -543,7 +544,7 @@ def _emit(
         from io import StringIO
 
         buffer = StringIO()
-        table(Console(file=buffer, width=120, color_system=None))
+        table(ReportConsole(file=buffer, width=120, color_system=None))
         rendered = buffer.getvalue()
     else:
         rendered = text()
@@ -628,7 +629,7 @@ def diff_command(
     from .commands.diff import diff
     from .report.render_diff import render_diff_json, render_diff_markdown, render_diff_table
 
-    with Output.at(_dash(output)) as out:
+    with Output.at(_dash(output), reads=(a, b)) as out:
         report = diff(
             a, b, engine=engine, env=_parse_env(env_pairs), gpu=gpu, require_pinned=require_pinned
         )
@@ -671,7 +672,7 @@ def explain_command(
         render_explain_table,
     )
 
-    with Output.at(_dash(output)) as out:
+    with Output.at(_dash(output), reads=(source,)) as out:
         explanation = explain(
             source,
             name,

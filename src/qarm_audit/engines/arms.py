@@ -69,7 +69,7 @@ def parse_gpu(text: str) -> int:
     if "." in key:
         major, _, minor = key.partition(".")
         key = major + minor
-    if key.isdigit() and 70 <= int(key) <= 200:
+    if key.isascii() and key.isdigit() and 70 <= int(key) <= 200:
         return int(key)
     raise ValueError(
         f"unknown GPU {text!r}: give sm80..sm121, or one of {', '.join(sorted(GPU_NAMES))}"

@@ -373,7 +373,13 @@ def load_profile(name_or_path: str, release: str | None = None) -> Profile:
     path = Path(name_or_path)
     if not path.is_file():
         raise ProfileError(name_or_path, f"no such profile; built in: {', '.join(BUILTIN)}")
-    return _parse(path.read_text(encoding="utf-8"), name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(name_or_path, f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(name_or_path, f"not valid TOML: not UTF-8 (byte {exc.start})") from None
+    return _parse(text, name_or_path)
 
 
 @cache
@@ -402,6 +408,8 @@ def _parse(text: str, where: str, facts: dict[str, Any] | None = None) -> Profil
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(where, f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise ProfileError(where, "not valid TOML: nested too deeply") from None
     if facts is not None:
         data = _for_release(data, facts)
     try:

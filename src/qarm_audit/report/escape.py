@@ -16,7 +16,8 @@ format, and writes only its own text raw.
   markup; a line of its own is never wrapped, so nothing from outside starts a line.
 * :func:`gh_data`, :func:`gh_property`: GitHub workflow commands, as the runner unescapes them.
 
-Stderr lines go through :func:`visible`.
+Stderr lines go through :func:`visible`, and every output but the ``github`` format's through
+:func:`no_command`.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ if TYPE_CHECKING:
 
 
 _HIDDEN = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
-    "\ufff9-\ufffb\ud800-\udfff]"
+    "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\ud800-\udfff"
+    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
 )
 """What :func:`visible` writes as an escape: C0 and C1 controls and DEL; the soft hyphen; the
-Arabic letter mark, the Mongolian vowel separator; zero-width spaces and joiners, the
+combining grapheme joiner; the Arabic letter mark; the Hangul fillers; the Mongolian vowel
+separator; zero-width spaces and joiners, the
 left-to-right and right-to-left marks; U+2028 and U+2029 (line and paragraph separators); the
 bidirectional embeddings, overrides and isolates; word joiners and invisible operators; the
-byte-order mark; interlinear annotation marks; lone surrogates."""
+byte-order mark; interlinear annotation marks; variation selectors and tag characters (each
+draws nothing, so ``up_proj`` with one appended looked like ``up_proj``); lone surrogates."""
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -47,12 +51,26 @@ def _escape(match: re.Match[str]) -> str:
     if short is not None:
         return short
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(text: str) -> str:
     """``text`` on one line with nothing hidden: see :data:`_HIDDEN`."""
     return _HIDDEN.sub(_escape, text)
+
+
+_COMMAND_START = re.compile(r"^([^\S\n]*):(?=:)", re.MULTILINE)
+
+
+def no_command(text: str) -> str:
+    """``text`` with no line that a GitHub runner reads as a workflow command: one that starts
+    with ``::`` once its leading spaces are trimmed (a source label or a module name can stand
+    first on a line of the verdict, the table or the scheme map). That first colon is written
+    ``\\x3a``, as :func:`visible` writes what it escapes. For every output but the
+    ``github`` format's own commands."""
+    return _COMMAND_START.sub(r"\1\\x3a", text)
 
 
 # -- markdown -----------------------------------------------------------------------------------
@@ -179,8 +197,16 @@ def term_line(text: str, style: str = "") -> Text:
 
 
 def gh_data(text: str) -> str:
-    """The data of a workflow command (``::error title=...::DATA``), as the runner unescapes it."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """The data of a workflow command (``::error title=...::DATA``), as the runner unescapes it;
+    what :func:`visible` escapes is escaped so too (the log shows terminal sequences and
+    reorders bidirectional text), but for line breaks, which the runner reads as ``%0A``."""
+    shown = _HIDDEN.sub(_escape_but_breaks, text)
+    return shown.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_but_breaks(match: re.Match[str]) -> str:
+    char = match.group()
+    return char if char in "\r\n" else _escape(match)
 
 
 def gh_property(text: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from ..errors import OutputError, UsageError
-from .escape import visible
+from .escape import no_command, visible
 from .model import Report
 
 
@@ -48,8 +48,9 @@ def scrub(text: str) -> str:
 
 def say(line: str) -> None:
     """One line on stderr: tokens scrubbed, nothing hidden (see :func:`.escape.visible`), so
-    no string from outside can start a line of its own (a ``::error`` command in CI)."""
-    click.echo(visible(scrub(line)), err=True)
+    no string from outside can start a line of its own, nor stand first on it as a ``::error``
+    command to a CI runner (:func:`.escape.no_command`)."""
+    click.echo(no_command(visible(scrub(line))), err=True)
 
 
 _CAUSE = "The above exception was the direct cause of the following exception:"
@@ -115,9 +116,12 @@ class Output:
     (a temporary one is made there at once), or the target is a device or a pipe that can be
     opened for writing. The report is written at the end, in one piece: a regular file is
     replaced only once the whole text is in the temporary file, so an interrupted or failed
-    run leaves the old file (or none) and never half a report."""
+    run leaves the old file (or none) and never half a report. Nor does it replace a file of a
+    local source the run reads (``reads``): qarm modifies nothing it audits."""
 
-    def __init__(self, path: Path | None, option: str = "--output") -> None:
+    def __init__(
+        self, path: Path | None, option: str = "--output", reads: Sequence[str] = ()
+    ) -> None:
         self.path = path
         self.option = option
         self.temp: Path | None = None
@@ -129,6 +133,7 @@ class Output:
             self.target = Path(os.path.realpath(path))
         target = self.target
         assert target is not None
+        _refuse_a_source(target, reads, option, shown)
         try:
             exists = target.exists()
             if exists and target.is_dir():
@@ -153,9 +158,11 @@ class Output:
 
     @classmethod
     @contextlib.contextmanager
-    def at(cls, path: Path | None, option: str = "--output") -> Iterator[Output]:
+    def at(
+        cls, path: Path | None, option: str = "--output", reads: Sequence[str] = ()
+    ) -> Iterator[Output]:
         """The output for ``path``; its temporary file is removed however the block ends."""
-        out = cls(path, option)
+        out = cls(path, option, reads)
         try:
             yield out
         finally:
@@ -205,6 +212,22 @@ class Output:
             self.temp = None
 
 
+def _refuse_a_source(target: Path, reads: Sequence[str], option: str, shown: str) -> None:
+    """A UsageError when ``target`` is an existing file that is, or lies inside, a local
+    source in ``reads`` (a manifest, a shard, a file of the audited folder)."""
+    if not target.is_file():
+        return
+    for source in reads:
+        path = Path(source)
+        if not path.exists():
+            continue  # a Hub repository or standard input
+        real = Path(os.path.realpath(path))
+        if target == real or (real.is_dir() and target.is_relative_to(real)):
+            raise UsageError(
+                option, f"{shown} is a file of the source {visible(source)}, which qarm only reads"
+            )
+
+
 def append_summary(path: Path, markdown: str) -> None:
     """GitHub Actions' job summary: the markdown reports are appended, whatever the format, in
     one write once every source is audited."""
@@ -225,7 +248,7 @@ def table_width(to_stdout: bool = True) -> int:
     ``less``); else :data:`WIDE`. ``-o FILE`` asks no terminal, so a file is the same on every
     machine."""
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
+    if columns.isascii() and columns.isdigit() and int(columns) > 0:
         return int(columns)
     if to_stdout:
         for stream in (sys.stdout, sys.stderr):

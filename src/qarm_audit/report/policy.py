@@ -61,6 +61,8 @@ def _read_ignores(file: Path, origin: str, table: tuple[str, ...]) -> list[Ignor
         raise FetchError(origin, f"cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise PolicyError(origin, f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise PolicyError(origin, "not valid TOML: nested too deeply") from None
     for key in table:
         data = data.get(key, {}) if isinstance(data, dict) else {}
     if not isinstance(data, dict):
