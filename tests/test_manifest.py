@@ -88,6 +88,26 @@ def test_gzip_manifest_round_trips(tmp_path: Path) -> None:
     assert not write_manifest(checkpoint, out)  # identical bytes: nothing written
 
 
+def test_a_gzip_manifest_that_is_no_whole_stream_is_bad_input(tmp_path: Path) -> None:
+    """A truncated or corrupt gzip manifest is read whole, so it is bad input (exit 2), not
+    a failed read (exit 3)."""
+    import gzip
+
+    whole = gzip.compress((MANIFESTS / "seed-nvfp4-w4a4.manifest.json").read_bytes())
+    corrupt = bytearray(whole)
+    corrupt[20:40] = bytes(20)
+    for name, data in (
+        ("prefix.gz", whole[:3]),
+        ("cut.gz", whole[: len(whole) // 2]),
+        ("corrupt.gz", bytes(corrupt)),
+        ("trailing.gz", whole + b"\x1f\x8bxx"),
+    ):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(ManifestError, match="not a whole gzip stream"):
+            open_source(str(path))
+
+
 def test_committed_manifests_round_trip() -> None:
     for path in sorted(MANIFESTS.glob("*.json")):
         assert render_manifest(open_source(str(path))) == path.read_text(), path.name

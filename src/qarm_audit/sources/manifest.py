@@ -178,7 +178,7 @@ def read_manifest(path: Path, location: str) -> Checkpoint:
             else:
                 handle.seek(0)
                 raw = handle.read()
-    except (OSError, EOFError, zlib.error) as exc:
+    except OSError as exc:
         raise FetchError(location, f"cannot read manifest: {exc}") from None
     try:
         text = raw.decode("utf-8")
@@ -202,16 +202,20 @@ _PIECE = 1024 * 1024
 def _inflate(handle: BinaryIO, compressed: int, location: str) -> bytearray:
     limit = min(MANIFEST_CAP, max(GZIP_FLOOR, GZIP_RATIO * compressed))
     out = bytearray()
-    with gzip.GzipFile(fileobj=handle, mode="rb") as stream:
-        while piece := stream.read(_PIECE):
-            out += piece
-            if len(out) > limit:
-                raise ManifestError(
-                    location,
-                    f"gzip manifest of {compressed} bytes inflates past {limit} bytes (the "
-                    f"{MANIFEST_CAP}-byte cap, or {GZIP_RATIO} times its size): a compression "
-                    "bomb, not a manifest",
-                )
+    try:
+        with gzip.GzipFile(fileobj=handle, mode="rb") as stream:
+            while piece := stream.read(_PIECE):
+                out += piece
+                if len(out) > limit:
+                    raise ManifestError(
+                        location,
+                        f"gzip manifest of {compressed} bytes inflates past {limit} bytes (the "
+                        f"{MANIFEST_CAP}-byte cap, or {GZIP_RATIO} times its size): a "
+                        "compression bomb, not a manifest",
+                    )
+    # a file that is read but is no whole gzip stream is bad input, not a failed read
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ManifestError(location, f"not a whole gzip stream: {exc}") from None
     return out
 
 
