@@ -308,6 +308,19 @@ def test_no_line_starts_a_workflow_command_from_a_label_or_a_mapped_name(
     assert "\\x3a:error title=forged::x" in result.stderr
 
 
+def test_the_table_stream_escapes_a_command_only_at_a_line_start() -> None:
+    """rich may write one line in several pieces: a piece that continues a line holding text
+    is not at a line's start, one that follows only spaces is."""
+    from qarm_audit.report.console import CommandFreeStream
+
+    out = StringIO()
+    stream = CommandFreeStream(out)
+    for piece in ("x", "::a\n::b\n", "  ", "::c", " ::d\n"):
+        stream.write(piece)
+    assert out.getvalue() == "x::a\n\\x3a:b\n  \\x3a:c ::d\n"
+    assert _starts_a_command(out.getvalue()) == []
+
+
 def test_workflow_command_data_hides_nothing(tmp_path: Path) -> None:
     """A terminal sequence or a bidirectional override in a name reached the log raw inside an
     annotation; line breaks still take the runner's own ``%0A``."""

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import modelopt_file, write_checkpoint
+from conftest import MANIFESTS, modelopt_file, write_checkpoint
 from processes import sigint_as_at_a_terminal
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
@@ -1231,8 +1231,6 @@ def test_toml_nested_too_deeply_or_not_utf8_is_a_named_error(tmp_path: Path, run
     """tomllib parses nested arrays by recursion: a profile, a ``--config`` file or the
     ``qarm.toml`` read from the working folder nested 3 000 deep ended in an internal error,
     as did a profile that is not UTF-8."""
-    from conftest import MANIFESTS
-
     manifest = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
     deep = tmp_path / "deep.toml"
     deep.write_text(DEEP_TOML)
@@ -1253,8 +1251,6 @@ def test_digits_that_python_cannot_read_as_an_integer_are_refused_by_name(
 ) -> None:
     """``"²".isdigit()`` is true and ``int("²")`` fails: ``COLUMNS=²`` ended in an internal
     error, and ``--gpu sm²`` printed int()'s own message."""
-    from conftest import MANIFESTS
-
     manifest = MANIFESTS / "seed-nvfp4-w4a4.manifest.json"
     monkeypatch.setenv("COLUMNS", "²")
     for args in ((), ("-f", "markdown"), ("-o", tmp_path / "table.txt")):
@@ -1268,8 +1264,6 @@ def test_digits_that_python_cannot_read_as_an_integer_are_refused_by_name(
 def test_the_report_never_replaces_a_file_it_audits(tmp_path: Path, run: Any) -> None:
     """``-o`` (and ``--json-output``) naming the manifest audited, or a file of the audited
     folder, replaced it with the report; a new file beside them is still written."""
-    from conftest import MANIFESTS
-
     manifest = tmp_path / "m.manifest.json"
     manifest.write_bytes((MANIFESTS / "seed-nvfp4-w4a4.manifest.json").read_bytes())
     root = write_checkpoint(
