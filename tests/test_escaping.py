@@ -85,11 +85,24 @@ def _replace(value: Any, names: re.Pattern[str], table: dict[str, str]) -> Any:
     return value
 
 
+LINKABLE = re.compile(r"[@\uff20\ufe6b#]|://|www\.|gh-[0-9]", re.IGNORECASE)
+"""What GitHub reads in a document's text as a mention, a web or e-mail address, or an issue
+reference (``@org/team``, ``x@y.z``, ``https://``, ``www.``, ``#1``, ``GH-1``)."""
+
+
+def _stand_in(name: str, letter: str) -> str:
+    """A plain word for each word of ``name``, holding ``@`` where that word holds what GitHub
+    links (such a word is shown as code): the same structure, rendered."""
+    return " ".join(
+        f"NAME@{letter}" if LINKABLE.search(word) else f"NAME{letter}" for word in name.split(" ")
+    )
+
+
 def placeholder(report: Report, *names: str) -> Report:
     """The same report with each of ``names`` replaced by a harmless word, everywhere: rendered,
     it must have exactly the structure of the report itself."""
     ordered = sorted(set(names), key=len, reverse=True)
-    table = {name: f"NAME{chr(65 + i)}" for i, name in enumerate(ordered)}
+    table = {name: _stand_in(name, chr(65 + i)) for i, name in enumerate(ordered)}
     pattern = re.compile("|".join(map(re.escape, ordered)))
     return Report.model_validate(_replace(report.model_dump(mode="json"), pattern, table))
 
@@ -167,7 +180,66 @@ def test_a_name_cannot_forge_the_markdown_or_the_job_summary(
         assert not HIDDEN.search(text)
         assert [line for line in text.split("\n") if line.startswith("#")] == [text.split("\n")[0]]
         assert not any(line.startswith("✅") for line in text.split("\n"))
-        assert visible(name) in shown_text(text, ("text", "text_special"))  # in prose too
+        assert visible(name) in shown_text(text)  # in prose too (a linkable word as code)
+
+
+LINKING = {
+    "mention": "@octocat",
+    "team": "x.@org/team",
+    "email": "a@b.example",
+    "url": "https://evil.example/x",
+    "www": "WWW.evil.example",
+    "issue": "#1",
+    "gh": "gh-1",
+    "other-repo": "owner/repo#1",
+    "fullwidth": "\uff20octocat",
+}
+
+
+def prose_of(text: str) -> str:
+    """What GitHub's mention and link filters read of a markdown document: its text outside
+    code spans and, in HTML, outside ``<code>``."""
+    out = []
+    for token in MD.parse(text):
+        if token.type == "inline":
+            for child in token.children or ():
+                if child.type in ("text", "text_special"):
+                    out.append(child.content)
+                elif child.type == "html_inline":
+                    out.append(re.sub(r"<code>.*?</code>", "", child.content))
+        elif token.type == "html_block":
+            out.append(re.sub(r"<code>.*?</code>", "", token.content))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("where", ["module", "config_groups"])
+@pytest.mark.parametrize("label", sorted(LINKING))
+def test_a_name_can_neither_mention_nor_link(
+    tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch, label: str, where: str
+) -> None:
+    """On GitHub, ``@org/team`` in a PR comment notifies the team, ``#1`` cross-references an
+    issue, and an address becomes a link: a word of a name that would is shown as code, in the
+    PR markdown, the job summary and explain's markdown, and is still shown whole."""
+    name = LINKING[label]
+    root = hostile_checkpoint(tmp_path / "ckpt", name, where)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    documents = [run("audit", root, "-f", "markdown").stdout]
+    assert run("audit", root, "-f", "github").exit_code == ExitCode.FINDINGS
+    documents.append(summary.read_text())
+    if where == "module":
+        module = f"model.layers.0.mlp.{name}"
+        documents.append(run("explain", root, module, "-f", "markdown").stdout)
+    if where == "module":  # four alike: the markdown folds them under a <summary> naming one
+        tensors = {f"model.layers.{i}.mlp.{name}.weight": ("F8_E4M3", (64, 64)) for i in range(4)}
+        documents_ = {"config.json": LLAMA, "hf_quant_config.json": modelopt_file("FP8")}
+        many = write_checkpoint(tmp_path / "many", {"model.safetensors": tensors}, documents_)
+        folded = run("audit", many, "-f", "markdown").stdout
+        assert "<summary>operand-missing: all 4 modules" in folded
+        documents.append(folded)
+    for text in documents:
+        assert name in shown_text(text) or name in text, label
+        assert not LINKABLE.search(prose_of(text)), (label, prose_of(text))
 
 
 # -- the terminal, -o files, stderr ----------------------------------------------------------
@@ -365,7 +437,7 @@ NAMES = st.one_of(
     st.text(min_size=1, max_size=24),
     st.text(
         alphabet=st.sampled_from(
-            list("\r\n\t`|<>&*_~[]()!#\\%:,.= -x\x1b\u2028\u2029\u0085\u202e")
+            list("\r\n\t`|<>&*_~[]()!#@/\\%:,.= -x\x1b\u2028\u2029\u0085\u202e")
         ),
         min_size=1,
         max_size=24,

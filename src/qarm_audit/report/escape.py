@@ -11,7 +11,9 @@ format, and writes only its own text raw.
 * :func:`md_text`, :func:`md_code`, :func:`md_html`: markdown prose and table cells, code spans
   (with a fence longer than any run of backticks inside, so they cannot be closed early), and
   text inside HTML (``<summary>``); none can end a table row, open HTML or a comment, or forge an
-  entity or a link. :func:`md_fence` gives a fenced block a fence no line of it can close.
+  entity or a link. In prose and HTML text, a word GitHub would turn into a mention, a link or
+  an issue reference is a code span. :func:`md_fence` gives a fenced block a fence no line of
+  it can close.
 * :func:`term`, :func:`term_line`: the terminal, always a rich :class:`~rich.text.Text`, never
   markup; a line of its own is never wrapped, so nothing from outside starts a line.
 * :func:`gh_data`, :func:`gh_property`: GitHub workflow commands, as the runner unescapes them.
@@ -23,6 +25,7 @@ Stderr lines go through :func:`visible`, and every output but the ``github`` for
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,22 +84,56 @@ _EMPHASIS = re.compile(r"[*~]|(?<![^\W_])_|_(?![^\W_])")
 it can neither open nor close emphasis."""
 
 
+_LINKABLE = re.compile(r"[@\uff20\ufe6b#]|://|www\.|gh-[0-9]", re.IGNORECASE)
+"""What GitHub reads, in the text of a rendered document, as a mention (``@org/team``), an
+e-mail or web address (``x@y.z``, ``https://``, ``www.``) or an issue reference (``#1``,
+``GH-1``, ``owner/repo#1``): it links or notifies, wherever the word came from. Inside code it
+does neither, so a word holding one of these is shown as code."""
+
+
 def md_text(text: str) -> str:
     """Markdown prose or a table cell: shown as written, whatever it holds.
 
     Backslashes, ``&``, ``<``, backticks and ``|`` are escaped (``\\|`` also inside a table), as
     are the emphasis marks that could pair up, and ``](`` cannot start a link target; the line
-    cannot end (see :func:`visible`)."""
+    cannot end (see :func:`visible`). A word (between spaces) that GitHub would make a mention,
+    a link or an issue reference (:data:`_LINKABLE`) is a code span."""
+    shown = visible(text)
+    if _LINKABLE.search(shown) is None:
+        return _md_prose(shown, first=True)
+    return _by_word(shown, md_code, _md_prose)
+
+
+def _by_word(shown: str, code: Callable[[str], str], prose: Callable[..., str]) -> str:
+    """``shown`` with each word holding what :data:`_LINKABLE` finds as ``code(word)``, and each
+    run of the other words as ``prose(run, first=...)``, spaced as they were."""
+    parts: list[str] = []
+    plain: list[str] = []
+    for word in shown.split(" "):
+        if _LINKABLE.search(word) is None:
+            plain.append(word)
+            continue
+        if plain:
+            parts.append(prose(" ".join(plain), first=not parts))
+            plain.clear()
+        parts.append(code(word))
+    if plain:
+        parts.append(prose(" ".join(plain), first=not parts))
+    return " ".join(parts)
+
+
+def _md_prose(shown: str, *, first: bool) -> str:
+    """:func:`md_text` of text already :func:`visible`; ``first``: it begins the line."""
     escaped = (
-        visible(text)
-        .replace("\\", "\\\\")
+        shown.replace("\\", "\\\\")
         .replace("&", "&amp;")
         .replace("<", "&lt;")
         .replace("`", "&#96;")
         .replace("|", "\\|")
         .replace("](", "]\\(")
     )
-    return _LEADING.sub(_lead, _EMPHASIS.sub(r"\\\g<0>", escaped), count=1)
+    escaped = _EMPHASIS.sub(r"\\\g<0>", escaped)
+    return _LEADING.sub(_lead, escaped, count=1) if first else escaped
 
 
 _LEADING = re.compile(r"^(?: |[#>+=\[-]|[0-9]+[.)])")
@@ -138,8 +175,16 @@ def md_code(text: str, *, table: bool = True) -> str:
 
 def md_html(text: str) -> str:
     """Text inside an HTML element of the markdown (``<summary>``), where markdown escapes are
-    not read: entities only."""
-    return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    not read: entities only; a word GitHub would make a mention or a link is ``<code>``, as in
+    :func:`md_text`."""
+    shown = visible(text)
+    if _LINKABLE.search(shown) is None:
+        return _html_text(shown)
+    return _by_word(shown, lambda word: f"<code>{_html_text(word)}</code>", _html_text)
+
+
+def _html_text(shown: str, *, first: bool = False) -> str:
+    return shown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def md_fence(lines: list[str], info: str = "text") -> list[str]:
