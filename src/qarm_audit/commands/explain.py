@@ -10,8 +10,7 @@ is ``resolve()``'s for every module of every fixture.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..check.spelling import spell
@@ -504,24 +503,34 @@ def _lookup(modules: Mapping[str, ModuleInfo], name: str) -> tuple[str, list[str
 
 def _suggest(modules: Mapping[str, ModuleInfo], name: str) -> list[str]:
     """The closest names, best first: those ending in the query's dotted tail (an alias prefix
-    left off or added: ``model.layers.0`` for ``model.language_model.layers.0``), then difflib."""
+    left off or added: ``model.layers.0`` for ``model.language_model.layers.0``), then the most
+    alike of all (a similarity of at least 60 of 100), ties in name order.
+
+    Similarity is rapidfuzz's ``fuzz.ratio`` (the Indel distance, normalised): bit-parallel,
+    where difflib's grows with the product of the two lengths (300 names of 6 000 characters
+    took 9.8 s)."""
     candidates = set(modules) | {m.engine_name for m in modules.values()}
     candidates |= {e.name for m in modules.values() for e in m.operands.values()}
     parts = name.split(".")
     tails: list[str] = []
     for k in range(1, len(parts) - 1):  # a tail of at least two components
         tail = "." + ".".join(parts[k:])
-        tails = sorted(
-            (c for c in candidates if c.endswith(tail)),
-            key=lambda c: (-difflib.SequenceMatcher(None, name, c).ratio(), c),
-        )
+        tails = _most_alike(name, [c for c in candidates if c.endswith(tail)], cutoff=0)
         if tails:
             break
-    if len(candidates) > 20_000:  # keep difflib's cost flat: names of about the same depth
-        depth = name.count(".")
-        candidates = {c for c in candidates if abs(c.count(".") - depth) <= 1}
-    close = difflib.get_close_matches(name, sorted(candidates), n=SUGGESTIONS, cutoff=0.6)
+    close = _most_alike(name, candidates, cutoff=60)
     return list(dict.fromkeys([*tails, *close]))[:SUGGESTIONS]
+
+
+def _most_alike(name: str, candidates: Iterable[str], *, cutoff: float) -> list[str]:
+    """Up to :data:`SUGGESTIONS` of ``candidates`` scoring at least ``cutoff``, best first."""
+    from rapidfuzz import fuzz, process  # here: only a name not found needs it
+
+    found = process.extract(
+        name, sorted(candidates), scorer=fuzz.ratio, limit=None, score_cutoff=cutoff
+    )
+    ranked = sorted(found, key=lambda match: (-match[1], match[0]))
+    return [match[0] for match in ranked[:SUGGESTIONS]]
 
 
 def _not_found(
