@@ -335,6 +335,12 @@ def test_a_bad_source_does_not_stop_the_others(
     assert "qarm: error: " in result.stderr and "missing" in result.stderr
     assert [r["verdict"] for r in json.loads(result.stdout)] == ["warnings"]
     assert run("audit", tmp_path / "a", tmp_path / "b", "-f", "json").stdout == "[]\n"
+    # an error about a file of a checkpoint names the checkpoint too, where several are audited
+    documents = {"config.json": '{"a": 1, "a": 2}'}
+    broken = write_checkpoint(tmp_path / "broken", {"model.safetensors": llama()}, documents)
+    result = run("audit", CLEAN, broken)
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert f"qarm: error: {broken}: config.json: duplicate key 'a'\n" in result.stderr
 
 
 def test_several_sources_to_one_output_file(run, refused: Path, workdir: Path) -> None:

@@ -245,6 +245,7 @@ def test_malformed_declaration_is_a_named_error_and_exit_2(
     result = run("audit", path)
     assert result.exit_code == 2, result.stdout
     assert message in result.stderr and "config.json" in result.stderr
+    assert "header" not in result.stderr  # a declaration is no shard header
 
 
 def test_sparsity_only_checkpoint_is_not_quantized(tmp_path: Path) -> None:

@@ -401,6 +401,17 @@ def test_dangling_symlink_is_an_io_error_never_absent(tmp_path: Path, run: Any, 
     refused(run("audit", root), 3, f"{name}: is a symlink to nothing")
 
 
+@pytest.mark.parametrize("name", ["hf_quant_config.json", "model.safetensors"])
+def test_a_link_to_a_device_is_no_regular_file_and_no_dangling_link(
+    tmp_path: Path, run: Any, name: str
+) -> None:
+    """A link to /dev/zero exists: it was called "a symlink to nothing (a dangling link)"."""
+    root = folder(tmp_path)
+    (root / name).unlink(missing_ok=True)
+    (root / name).symlink_to("/dev/zero")
+    refused(run("audit", root), 2, f"{name}: exists but is not a regular file")
+
+
 def test_a_folder_named_like_a_document_is_refused(tmp_path: Path, run: Any) -> None:
     root = folder(tmp_path)
     (root / "hf_quant_config.json").mkdir()

@@ -385,7 +385,9 @@ class _AuditRun:
         if self.count == 1:
             self._finish(json_out)
             raise exc
-        _print_error(exc)
+        # several sources: an error names a file of its checkpoint (config.json), so say which
+        said = str(exc)
+        _print_error(exc, "" if said.startswith(source) else f"{source}: ")
 
     def _audited(self, report: Report, first: bool) -> None:
         o = self.o
@@ -456,9 +458,9 @@ def _json_array(reports: list[Report]) -> str:
     return "[\n" + ",\n".join(items) + "\n]\n"
 
 
-def _print_error(exc: QarmError) -> None:
+def _print_error(exc: QarmError, checkpoint: str = "") -> None:
     print_traceback(exc)
-    say(f"qarm: error: {exc}")
+    say(f"qarm: error: {checkpoint}{exc}")
 
 
 @cli.command("manifest", short_help="Capture a header-only manifest of SOURCE.")

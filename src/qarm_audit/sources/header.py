@@ -79,7 +79,7 @@ def _reject_duplicates(where: str) -> Any:
             seen: set[str] = set()
             for key, _ in pairs:
                 if key in seen:
-                    raise HeaderError(where, f"duplicate key {key!r} in header JSON")
+                    raise HeaderError(where, f"duplicate key {key!r}")
                 seen.add(key)
         return out
 
@@ -88,7 +88,7 @@ def _reject_duplicates(where: str) -> Any:
 
 def _reject_constant(where: str) -> Any:
     def hook(token: str) -> Any:
-        raise HeaderError(where, f"non-standard JSON literal {token} in header")
+        raise HeaderError(where, f"non-standard JSON literal {token}")
 
     return hook
 

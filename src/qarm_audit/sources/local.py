@@ -123,10 +123,10 @@ def _present(path: Path, where: str) -> bool:
     try:
         if path.is_file():
             return True
+        if path.exists():  # through a link too: a link to /dev/zero is no dangling one
+            raise SourceSpecError(where, "exists but is not a regular file")
         if path.is_symlink():
             raise FetchError(where, "is a symlink to nothing (a dangling link); cannot read it")
-        if path.exists():
-            raise SourceSpecError(where, "exists but is not a regular file")
     except OSError as exc:  # a folder that cannot be searched (no x permission)
         raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
     return False
