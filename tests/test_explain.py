@@ -17,7 +17,13 @@ from conftest import (
     nvfp4_modelopt,
     write_checkpoint,
 )
-from qarm_audit.commands.explain import Explanation, NameNotFoundError, explain, trace
+from qarm_audit.commands.closest import most_alike
+from qarm_audit.commands.explain import (
+    Explanation,
+    NameNotFoundError,
+    explain,
+    trace,
+)
 from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import ExitCode
 from qarm_audit.modules.inventory import build_inventory
@@ -287,6 +293,29 @@ def test_a_refused_module_carries_its_refusal(tmp_path: Path) -> None:
     assert m.verdict == "refused"
     assert [f.code for f in m.findings] == ["unquantized-ships-quantized"]
     assert m.arm_note.startswith("excluded")
+
+
+def test_the_closest_names_are_best_first_and_ties_in_name_order(tmp_path: Path) -> None:
+    """Six experts score alike against a typo of a seventh: the five shown are the best one,
+    then the tied ones in name order, however the process hashes strings."""
+    tensors = {
+        f"model.layers.0.mlp.experts.{e}.gate_proj.weight": ("BF16", (4, 4)) for e in range(8)
+    }
+    documents = {"config.json": {"model_type": "llama"}}
+    root = write_checkpoint(tmp_path / "c", {"model.safetensors": tensors}, documents)
+    query = "model.layers.0.mlp.experts.7.gate_prj"
+    with pytest.raises(NameNotFoundError) as caught:
+        explain(str(root), query)
+    assert caught.value.suggestions == [
+        "model.layers.0.mlp.experts.7.gate_proj",
+        *[f"model.layers.0.mlp.experts.{e}.gate_proj" for e in range(4)],
+    ]
+    # whatever order the names come in (a set's order varies with the process's hashing)
+    names = [f"x.{e}.gate_proj" for e in range(7)]
+    assert most_alike("x.7.gate_prj", names[::-1], cutoff=60) == names[:5]
+    # five tied at 85.714...: rapidfuzz's extract, given that score as its cutoff, kept none
+    names = [f"{letter}.gate_proj" for letter in "abcdef"]
+    assert most_alike("a.gate_prj", names[::-1], cutoff=60) == names[:5]
 
 
 def test_an_unknown_name_exits_2_with_the_closest_names(run, tmp_path: Path) -> None:

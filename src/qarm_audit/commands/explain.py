@@ -10,7 +10,7 @@ is ``resolve()``'s for every module of every fixture.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..check.spelling import spell
@@ -52,12 +52,11 @@ from ..resolve.resolver import (
 )
 from ..sources import Checkpoint, open_source
 from .audit import DEFAULT_ENGINE, audit
+from .closest import closest_names
 from .explain_bnb import trace_bnb
 from .explain_fp8 import trace_fp8
 from .explain_gptq import trace_awq, trace_gptq
 from .explain_mxfp4 import trace_mxfp4
-
-SUGGESTIONS = 5
 
 DECIDED, SHADOWED, MISS, SPLIT, NA = "decided", "shadowed", "miss", "split", "n/a"
 
@@ -501,42 +500,10 @@ def _lookup(modules: Mapping[str, ModuleInfo], name: str) -> tuple[str, list[str
     return "", [], None
 
 
-def _suggest(modules: Mapping[str, ModuleInfo], name: str) -> list[str]:
-    """The closest names, best first: those ending in the query's dotted tail (an alias prefix
-    left off or added: ``model.layers.0`` for ``model.language_model.layers.0``), then the most
-    alike of all (a similarity of at least 60 of 100), ties in name order.
-
-    Similarity is rapidfuzz's ``fuzz.ratio`` (the Indel distance, normalised): bit-parallel,
-    where difflib's grows with the product of the two lengths (300 names of 6 000 characters
-    took 9.8 s)."""
-    candidates = set(modules) | {m.engine_name for m in modules.values()}
-    candidates |= {e.name for m in modules.values() for e in m.operands.values()}
-    parts = name.split(".")
-    tails: list[str] = []
-    for k in range(1, len(parts) - 1):  # a tail of at least two components
-        tail = "." + ".".join(parts[k:])
-        tails = _most_alike(name, [c for c in candidates if c.endswith(tail)], cutoff=0)
-        if tails:
-            break
-    close = _most_alike(name, candidates, cutoff=60)
-    return list(dict.fromkeys([*tails, *close]))[:SUGGESTIONS]
-
-
-def _most_alike(name: str, candidates: Iterable[str], *, cutoff: float) -> list[str]:
-    """Up to :data:`SUGGESTIONS` of ``candidates`` scoring at least ``cutoff``, best first."""
-    from rapidfuzz import fuzz, process  # here: only a name not found needs it
-
-    found = process.extract(
-        name, sorted(candidates), scorer=fuzz.ratio, limit=None, score_cutoff=cutoff
-    )
-    ranked = sorted(found, key=lambda match: (-match[1], match[0]))
-    return [match[0] for match in ranked[:SUGGESTIONS]]
-
-
 def _not_found(
     checkpoint: Checkpoint, declaration: Declaration, modules: Mapping[str, ModuleInfo], name: str
 ) -> NameNotFoundError:
-    suggestions = _suggest(modules, name)
+    suggestions = closest_names(modules, name)
     declared = ""
     mo, ct = declaration.modelopt, declaration.compressed_tensors
     if (mo is not None and (name in (mo.layers or {}) or name in mo.excludes)) or (
@@ -592,12 +559,12 @@ def explain(
         if isinstance(source, Checkpoint)
         else open_source(source, require_pinned=require_pinned)
     )
-    report = audit(checkpoint, engine=profile, env=settings, gpu=gpu)
     declaration = read_declaration(checkpoint.documents)
     modules = build_inventory([e for s in checkpoint.shards for e in s.tensors])
     matched, names, tensor = _lookup(modules, name)
-    if not names:
+    if not names:  # before the audit: an unknown name needs none
         raise _not_found(checkpoint, declaration, modules, name)
+    report = audit(checkpoint, engine=profile, env=settings, gpu=gpu)
     tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
     memberships = resolve(declaration, modules, tree).memberships
     spellings, _ = check_all(declaration, modules, memberships)
