@@ -4,6 +4,7 @@ that renders, or in a named QarmError; never another exception. See docs/reliabi
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import shutil
@@ -60,6 +61,12 @@ def _put(document: Any, path: tuple[Any, ...], value: Any) -> Any:
     return document
 
 
+def _atom(rng: random.Random) -> Any:
+    """A copy of one of :data:`ATOMS`: a later bend may change a list or dict in place, and the
+    shared one would then differ from one example to the next."""
+    return copy.deepcopy(rng.choice(ATOMS))
+
+
 def bend(document: Any, rng: random.Random) -> Any:
     """One change at a node chosen anywhere in the document."""
     path, value = rng.choice(list(_nodes(document)))
@@ -67,11 +74,11 @@ def bend(document: Any, rng: random.Random) -> Any:
     if roll < 0.15 and path:
         return _put(document, path, GONE)
     if roll < 0.3 and isinstance(value, dict):
-        value[rng.choice(KEYS)] = rng.choice(ATOMS)
+        value[rng.choice(KEYS)] = _atom(rng)
         return document
     if roll < 0.4 and isinstance(value, str):
         return _put(document, path, value + rng.choice(["\n", ".*", "]", "\x00", "\u00e9"]))
-    return _put(document, path, rng.choice(ATOMS))
+    return _put(document, path, _atom(rng))
 
 
 def _bend_a_header(shard: Path, rng: random.Random) -> None:
