@@ -57,15 +57,16 @@ for file in dict.fromkeys(index["weight_map"].values()):
 """
 
 
-def measure(command: list[str]) -> dict[str, float]:
-    """Wall and CPU seconds and peak RSS (MiB) of one child process."""
+def measure(command: list[str], exits: tuple[int, ...] = (0, 1)) -> dict[str, float]:
+    """Wall and CPU seconds and peak RSS (MiB) of one child process, which must exit with
+    one of ``exits``."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
     _pid, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     error = child.stderr.read().decode() if child.stderr else ""
     child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode not in (0, 1):
+    if child.returncode not in exits:
         raise SystemExit(f"{command} exited {child.returncode}: {error}")
     return {
         "wall": wall,
