@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -85,7 +84,7 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for case in cases:
         e, a = results[case]["explain"], results[case]["audit"]
-        cpu_e, cpu_a = (statistics.median(r["cpu"] for r in runs) for runs in (e, a))
+        cpu_e, cpu_a = folder_bench.median(e, "cpu"), folder_bench.median(a, "cpu")
         print(
             f"| {case} | {folder_bench.median(e, 'wall'):.2f} | "
             f"{folder_bench.median(a, 'wall'):.2f} | {cpu_e:.2f} | {cpu_a:.2f} | "
