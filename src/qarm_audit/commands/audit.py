@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from math import prod
 from operator import attrgetter
@@ -21,7 +22,7 @@ from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..engines.refusals import declaration_refusals, layer_refusals
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
-from ..layers import build_tree, layer_facts, read_model_config, tree_findings
+from ..layers import LayerTree, build_tree, layer_facts, read_model_config, tree_findings
 from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import MXFP4_BLOCKS, WEIGHT_NAMES, OperandKind, classify_operand
 from ..report.group import plural
@@ -96,6 +97,48 @@ def audit(
     ``ignores`` move the findings they match to ``Report.ignored`` (see ``policy.py``); a rule
     that matches nothing adds an ``ignore-unmatched`` note.
     """
+    audited = audit_in_parts(
+        source,
+        engine=engine,
+        env=env,
+        gpu=gpu,
+        require_pinned=require_pinned,
+        observer=observer,
+        probe_scalars=probe_scalars,
+        routing=routing,
+    )
+    return apply_ignores(audited.report, ignores)
+
+
+@dataclass(frozen=True)
+class Audited:
+    """A report, and what the audit built to write it, for a caller that looks further into
+    some of its modules (explain) without building it all again."""
+
+    report: Report
+    declaration: Declaration
+    modules: dict[str, ModuleInfo]
+    tree: LayerTree
+    memberships: Mapping[str, Membership]
+    spellings: Mapping[str, Spelling]
+
+
+def audit_in_parts(
+    source: str | Checkpoint,
+    *,
+    engine: str | Profile = DEFAULT_ENGINE,
+    env: Mapping[str, str] | None = None,
+    gpu: str | None = None,
+    require_pinned: bool = False,
+    observer: HubObserver | None = None,
+    probe_scalars: bool = False,
+    routing: str | None = None,
+    declaration: Declaration | None = None,
+    modules: dict[str, ModuleInfo] | None = None,
+) -> Audited:
+    """:func:`audit` without ignore rules, and the parts it built. ``declaration`` and
+    ``modules``, where the caller has them already, are :func:`read_declaration` and
+    :func:`build_inventory` of this checkpoint's documents and tensors; they are used as given."""
     profile, choice = (
         (engine, EngineChoice()) if isinstance(engine, Profile) else select_engine(engine)
     )
@@ -131,8 +174,17 @@ def audit(
             if isinstance(source, Checkpoint)
             else open_source(source, require_pinned=require_pinned, observer=observer)
         )
-        report = _audit(checkpoint, profile, info, capability, probe_scalars, routing, machine)
-    return apply_ignores(report, ignores)
+        return _audit(
+            checkpoint,
+            profile,
+            info,
+            capability,
+            probe_scalars,
+            routing,
+            machine,
+            declaration,
+            modules,
+        )
 
 
 def _audit(
@@ -143,17 +195,21 @@ def _audit(
     probe_scalars: bool = False,
     routing: str | None = None,
     machine: Sequence[Finding] = (),
-) -> Report:
+    declaration: Declaration | None = None,
+    modules: dict[str, ModuleInfo] | None = None,
+) -> Audited:
     env = engine.env
     integrity, findings = check_integrity(checkpoint)
     findings.extend(machine)
-    declaration = read_declaration(checkpoint.documents)
+    if declaration is None:
+        declaration = read_declaration(checkpoint.documents)
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
     findings.extend(declaration_refusals(profile, declaration))
     findings.extend(_unread_findings(checkpoint))
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
-    modules = build_inventory(tensors)
+    if modules is None:
+        modules = build_inventory(tensors)
     tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
     findings.extend(tree_findings(tree))
     resolution = resolve(declaration, modules, tree)
@@ -244,7 +300,7 @@ def _audit(
     origin = checkpoint.origin
     # Built from typed parts (every nested model validated where it was made); not validating
     # the whole again saves a pass over every module row. Tests validate the JSON it renders.
-    return Report.model_construct(
+    report = Report.model_construct(
         verdict=verdict,
         source=SourceInfo(
             kind=origin.kind, location=origin.location, repo=origin.repo, revision=origin.revision
@@ -268,6 +324,7 @@ def _audit(
             cite=tree.cite,
         ),
     )
+    return Audited(report, declaration, modules, tree, memberships, spellings)
 
 
 def _module_rows(

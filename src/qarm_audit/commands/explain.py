@@ -27,7 +27,7 @@ from ..declarations import (
 )
 from ..engines.profile import Profile, load_profile, resolve_env
 from ..errors import UsageError
-from ..layers import LayerTree, build_tree, layer_facts, read_model_config
+from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import QUANT_OPERANDS, classify_operand, split_name
 from ..report.explain_model import (
@@ -37,7 +37,6 @@ from ..report.explain_model import (
     OperandRow,
 )
 from ..report.model import ArmRow
-from ..resolve import resolve
 from ..resolve.compressed_tensors import CompressedTensorsResolver
 from ..resolve.resolver import (
     EXCLUDED,
@@ -51,7 +50,7 @@ from ..resolve.resolver import (
     layer_override,
 )
 from ..sources import Checkpoint, open_source
-from .audit import DEFAULT_ENGINE, audit
+from .audit import DEFAULT_ENGINE, audit_in_parts
 from .closest import closest_names
 from .explain_bnb import trace_bnb
 from .explain_fp8 import trace_fp8
@@ -545,7 +544,6 @@ def explain(
 
     Raises :class:`NameNotFoundError` (exit 2) with the closest names when nothing matches.
     """
-    from ..check.crosscheck import check_all
     from ..engines.arms import arm_rows, parse_gpu
 
     profile = engine if isinstance(engine, Profile) else load_profile(engine)
@@ -564,10 +562,12 @@ def explain(
     matched, names, tensor = _lookup(modules, name)
     if not names:  # before the audit: an unknown name needs none
         raise _not_found(checkpoint, declaration, modules, name)
-    report = audit(checkpoint, engine=profile, env=settings, gpu=gpu)
-    tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
-    memberships = resolve(declaration, modules, tree).memberships
-    spellings, _ = check_all(declaration, modules, memberships)
+    # the audit goes on from what the lookup built, and hands back what it builds after that
+    audited = audit_in_parts(
+        checkpoint, engine=profile, env=settings, gpu=gpu, declaration=declaration, modules=modules
+    )
+    report, tree = audited.report, audited.tree
+    memberships, spellings = audited.memberships, audited.spellings
     shard_of = {e.name: s.file for s in checkpoint.shards for e in s.tensors}
     rows = [*report.refusals, *report.warnings, *report.notes]
     out = []
