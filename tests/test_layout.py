@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "qarm_audit"
 
 STAGES = [
-    {"errors", "findings", "runtime"},  # the foundation every stage may use
+    {"errors", "findings", "frozen", "runtime"},  # the foundation every stage may use
     {"sources"},
     {"declarations"},
     {"modules"},

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
+from pydantic import BaseModel, StrictBool, model_validator
 
 from ..findings import Finding, finding
+from ..frozen import frozen_config
 from .gptq import GroupSize, PackedBits
 from .schemes import Scheme
 
@@ -31,8 +32,7 @@ own."""
 class AwqConfig(BaseModel):
     """The ``quantization_config`` block of an AWQ checkpoint."""
 
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
+    model_config = frozen_config(extra="allow")
 
     quant_method: str
     bits: PackedBits

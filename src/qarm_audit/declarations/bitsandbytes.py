@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
+from pydantic import BaseModel, StrictBool, model_validator
 
+from ..frozen import frozen_config
 from .schemes import Scheme
 
 BOTH_FLAGS = (
@@ -30,8 +31,7 @@ NESTED_BLOCKSIZE = 256
 class BnbConfig(BaseModel):
     """The ``quantization_config`` block of a bitsandbytes checkpoint."""
 
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
+    model_config = frozen_config(extra="allow")
 
     quant_method: str
     load_in_4bit: StrictBool | None = None

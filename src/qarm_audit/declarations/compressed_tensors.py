@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, field_validator
+from pydantic import AfterValidator, BaseModel, Strict, field_validator
 
+from ..frozen import frozen_config
 from .schemes import Scheme
 
 
@@ -20,8 +21,7 @@ GroupSize = Annotated[int, Strict(), AfterValidator(_positive_or_channel)]
 
 
 class _Open(BaseModel):
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
+    model_config = frozen_config(extra="allow")
 
 
 class QuantArgs(_Open):

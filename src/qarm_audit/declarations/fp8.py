@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, Field, Strict
 
+from ..frozen import frozen_config
 from .schemes import Scheme
 
 BlockDim = Annotated[int, Strict(), Field(gt=0)]
@@ -22,8 +23,7 @@ BlockDim = Annotated[int, Strict(), Field(gt=0)]
 class Fp8Config(BaseModel):
     """The ``quantization_config`` block of a native FP8 checkpoint."""
 
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
+    model_config = frozen_config(extra="allow")
 
     quant_method: str
     activation_scheme: Literal["dynamic", "static"]

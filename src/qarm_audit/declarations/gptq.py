@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictInt, field_validator
+from pydantic import AfterValidator, BaseModel, StrictBool, StrictInt, field_validator
 
+from ..frozen import frozen_config
 from .schemes import Scheme
 
 BITS = (2, 3, 4, 8)
@@ -51,8 +52,7 @@ class GptqConfig(BaseModel):
     """The ``quantization_config`` block of a GPTQ checkpoint."""
 
     # GPTQModel writes model_name_or_path: a field of ours, not pydantic's namespace
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True, protected_namespaces=())
+    model_config = frozen_config(extra="allow", protected_namespaces=())
 
     quant_method: str
     bits: PackedBits

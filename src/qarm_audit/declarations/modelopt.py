@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     Strict,
     TypeAdapter,
@@ -15,6 +14,8 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
 )
 from pydantic.functional_validators import WrapValidator
+
+from ..frozen import frozen_config
 
 GroupSize = Annotated[int, Strict(), Field(gt=0)]
 """A group size is a positive JSON integer: 0 (which would skip the shape check), negatives,
@@ -24,8 +25,7 @@ floats, bools and strings are refused by name."""
 class _Open(BaseModel):
     """Unknown keys are kept (and later listed), never rejected: producers drift."""
 
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
+    model_config = frozen_config(extra="allow")
 
 
 class Producer(_Open):
@@ -107,7 +107,7 @@ class InlineConfig(_Open):
 class Normalized(BaseModel):
     """The fields both spellings reduce to."""
 
-    model_config = ConfigDict(defer_build=True, frozen=True)
+    model_config = frozen_config()
 
     quant_algo: str | None
     kv_algo: str | None

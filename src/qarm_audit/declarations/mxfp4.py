@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from ..findings import Finding, finding
+from ..frozen import frozen_config
 from .schemes import Scheme
 
 BLOCK = 32
@@ -36,8 +37,7 @@ METHOD = "mxfp4"
 class Mxfp4Config(BaseModel):
     """The ``quantization_config`` block of a gpt-oss MXFP4 checkpoint."""
 
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="allow", frozen=True)
+    model_config = frozen_config(extra="allow")
 
     quant_method: str
     modules_to_not_convert: list[str] | None = None

@@ -17,9 +17,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from ..errors import ProfileError
+from ..frozen import frozen_config
 
 ROUTINGS = ("declared", "probe")
 
@@ -41,8 +42,7 @@ Source = Annotated[str | None, AfterValidator(_cited)]
 class EnvVar(BaseModel):
     """One engine setting a profile's rules may condition on (a flag or a variable)."""
 
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
     default: str
     description: str = ""
     choices: list[str] | None = None
@@ -60,7 +60,7 @@ class EnvVar(BaseModel):
 class Rule(BaseModel):
     """One routing rule. Every condition given must hold; an empty rule matches everything."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
 
     # --- conditions on the declaration -----------------------------------------------------
     declared_family: list[str] | None = None
@@ -148,7 +148,7 @@ class LoadError(BaseModel):
     (shards declared different schemes).
     """
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
 
     code: str
     producer: list[str] | None = None
@@ -170,7 +170,7 @@ class DeclarationError(BaseModel):
     """The engine refuses the declaration itself, before building any layer (e.g. vLLM and a
     compressed-tensors ``sparsity_config``): ``engine-refuses-declaration``."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
 
     producer: list[str] | None = None
     sparsity: bool | None = None
@@ -205,7 +205,7 @@ class LayerError(BaseModel):
     on the module. The scheme loads when its family, weight-only-ness and weight strategy are
     all among the ``loads_*`` values given."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
 
     producer: list[str] | None = None
     layer_kind: list[str]
@@ -220,7 +220,7 @@ class LayerError(BaseModel):
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
 
     name: str
     engine: str
@@ -447,7 +447,7 @@ def resolve_env(profile: Profile, overrides: dict[str, str]) -> dict[str, str]:
 class View(BaseModel):
     """What the rules see of one module: the declaration's side and the shipped side."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = frozen_config(extra="forbid")
 
     declared_family: str
     declared_algo: str

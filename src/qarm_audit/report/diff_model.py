@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from ..frozen import frozen_config
 
 DIFF_SCHEMA_VERSION = "1.0"
 
 
 class _Row(BaseModel):
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = frozen_config(extra="forbid")
 
 
 class SideInfo(_Row):

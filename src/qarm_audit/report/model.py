@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
+from ..frozen import frozen_config
+
 SCHEMA_VERSION = "1.3"
 """Bumped to 1.1 for fields added since 1.0, all optional (they have defaults; ``ignored`` is
 one): a 1.0 reader that skips unknown keys reads a 1.1 report. A removed or retyped field would
@@ -12,8 +14,7 @@ make it 2.0."""
 
 
 class _Row(BaseModel):
-    # validator built on first use: a process builds few of these models
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
+    model_config = frozen_config(extra="forbid")
 
 
 class SourceInfo(_Row):
