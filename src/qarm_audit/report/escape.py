@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -101,7 +102,14 @@ def md_text(text: str) -> str:
     shown = visible(text)
     if _LINKABLE.search(shown) is None:
         return _md_prose(shown, first=True)
-    return _by_word(shown, md_code, _md_prose)
+    return _by_word(shown, _md_code_word, _md_prose)
+
+
+def _md_code_word(word: str) -> str:
+    """A word as code in prose or in a table cell: each ``|`` stands between two code spans as
+    ``\\|``, which both read as ``|`` (in a span outside a table, ``\\|`` would show its
+    backslash)."""
+    return "\\|".join(map(partial(md_code, table=False), word.split("|")))
 
 
 def _by_word(shown: str, code: Callable[[str], str], prose: Callable[..., str]) -> str:
