@@ -460,12 +460,12 @@ def entry(shape: tuple[int, ...], dtype: str = "F32") -> TensorEntry:
         ("[]", (1, 2), False),
         ("out", (8,), True),
         ("out", (8, 1), True),
-        ("out", (4, 8), True),  # the last dimension decides
+        ("out", (4, 8), False),  # a dimension the weight does not have
         ("out", (4,), False),
-        ("out", (1, 8), True),
+        ("out", (1, 8), False),
         ("out", (8, 2), False),
         ("out,in", (8, 16), True),
-        ("out,in", (2, 8, 16), True),
+        ("out,in", (2, 8, 16), False),
         ("out,in", (16, 8), False),
         ("out,in/2", (8, 8), True),
         ("out,in/2", (8, 16), False),
@@ -477,6 +477,25 @@ def entry(shape: tuple[int, ...], dtype: str = "F32") -> TensorEntry:
 )
 def test_shape_rules(spec: str, shape: tuple[int, ...], ok: bool) -> None:
     assert _shape_ok(spec, entry(shape), 8, 16, 8) is ok
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape", "ok"),
+    [
+        ("out,in", (2, 8, 16), True),
+        ("out,in", (8, 16), False),
+        ("out,in", (3, 8, 16), False),
+        ("out,in/g", (2, 8, 2), True),
+        ("out,in/g", (1, 2, 8, 2), False),
+        ("out", (2, 8), True),
+        ("out", (2, 8, 1), True),
+        ("out", (8,), False),
+        ("[]", (), True),
+    ],
+)
+def test_shape_rules_under_stacked_experts(spec: str, shape: tuple[int, ...], ok: bool) -> None:
+    """A weight [2, 8, 16] (two experts): every operand is led by the same 2."""
+    assert _shape_ok(spec, entry(shape), 8, 16, 8, None, (2,)) is ok
 
 
 def test_expected_shapes_and_groups() -> None:
@@ -735,6 +754,40 @@ FINDINGS: dict[str, tuple[list[Any], Membership, Scheme | None, list[tuple[str, 
             )
         ],
     ),
+    "operand-shape-extra-dimension": (
+        [NV_OK[0], ("weight_scale", "F8_E4M3", (2, 8, 1)), *NV_OK[2:]],
+        NVLIN,
+        NV,
+        [
+            (
+                "operand-shape",
+                T + "weight_scale",
+                f"{T}weight_scale has shape [2, 8, 1]; NVFP4 with weight [out=8, in=16] writes "
+                "[out,in/g] with group 16",
+            )
+        ],
+    ),
+    **{
+        f"weight-shape-{label}": (
+            [(W, "F8_E4M3", shape), ("weight_scale", "F32", ()), ("input_scale", "F32", ())],
+            LINEAR,
+            FP8,
+            [
+                (
+                    "operand-shape",
+                    T + W,
+                    f"{T}{W} has shape {list(shape)}; a Linear's weight is [out, in] (a MoE's "
+                    "stacked experts [experts, out, in]), every dimension above 0",
+                )
+            ],
+        )
+        for label, shape in {
+            "rank-1": (16,),
+            "rank-3-dense": (1, 8, 16),
+            "rank-4": (1, 1, 8, 16),
+            "empty": (0, 16),
+        }.items()
+    },
     "intact": (NV_OK, NVLIN, NV, []),
 }
 
@@ -1197,7 +1250,8 @@ def test_more_shape_edges() -> None:
     assert _expected_shape("out,in/2", 8, 17, None) == (8, 8)
     assert _shape_ok("[]", entry((2, 1)), 8, 16, 8) is False
     assert _shape_ok("[]", entry((0,)), 8, 16, 8) is False
-    assert _shape_ok("out", entry((2, 8, 1)), 8, 16, 8) is True
+    assert _shape_ok("out", entry((2, 8, 1)), 8, 16, 8) is False  # no experts dimension
+    assert _shape_ok("out", entry((2, 8, 1)), 8, 16, 8, None, (2,)) is True
 
 
 def test_unknown_declared_family_refuses_any_quantized_spelling() -> None:
@@ -1362,3 +1416,16 @@ def test_a_refusal_raises_only_where_it_comes_before_a_match_in_the_views_order(
     matching_first = FirstMatch(["a+\\n", "(a|aa)*$"], "ignore")
     assert matching_first.shared is refusing_first.shared
     assert matching_first.first(name) == 0
+
+
+def test_a_stacked_experts_weight_leads_its_operands() -> None:
+    """[experts, out, in] is a Linear's weight under ``.experts`` only, and its scales are led by
+    the same experts dimension."""
+    name = "model.layers.0.mlp.experts.down_proj"
+    ops = [(W, "F8_E4M3", (2, 8, 16)), ("weight_scale", "F32", (2, 8))]
+    channel = scheme(MO, "fp8", "channel", 8, False, "tensor", group=None, name="FP8")
+    _, found = check_module(module(ops, name), LINEAR, channel)
+    assert found == []
+    ops[1] = ("weight_scale", "F32", (8,))
+    _, found = check_module(module(ops, name), LINEAR, channel)
+    assert [(f.code, f.tensor) for f in found] == [("operand-shape", f"{name}.weight_scale")]

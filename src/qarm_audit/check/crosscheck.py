@@ -256,7 +256,11 @@ def _shape_ok(
     inner: int,
     group: int | None,
     block: tuple[int, int] | None = None,
+    lead: tuple[int, ...] = (),
 ) -> bool:
+    """Whether ``entry`` has the shape ``spec`` says, for a weight ``lead + [out, in]``: the
+    weight's leading dimensions (a MoE's stacked experts) lead every operand's shape too, and
+    nothing else may (an engine's loader asserts the shape it allocated)."""
     shape = entry.shape
     if spec == "any":
         return True
@@ -266,9 +270,28 @@ def _shape_ok(
             n *= d
         return n == 1
     if spec == "out":
-        return shape[-1:] == (out,) or shape[-2:] == (out, 1)
+        return shape in ((*lead, out), (*lead, out, 1))
     expected = _expected_shape(spec, out, inner, group, block)
-    return expected is None or shape[-2:] == expected
+    return expected is None or shape == (*lead, *expected)
+
+
+def _weight_shape(info: ModuleInfo) -> Finding | None:
+    """A refusal for a weight that is no Linear's: ``[out, in]``, or ``[experts, out, in]``
+    for a MoE's stacked experts, and no dimension empty. The operands' shapes are checked
+    against it, so a weight of another rank would pass with operands as odd as itself."""
+    weight = info.weight
+    if weight is None:
+        return None
+    rank = len(weight.shape)
+    if (rank == 2 or (rank == 3 and ".experts" in info.name)) and all(weight.shape):
+        return None
+    return finding(
+        "operand-shape",
+        f"{weight.name} has shape {list(weight.shape)}; a Linear's weight is [out, in] (a "
+        "MoE's stacked experts [experts, out, in]), every dimension above 0",
+        module=info.name,
+        tensor=weight.name,
+    )
 
 
 def _dims(info: ModuleInfo, scheme: Scheme) -> tuple[int, int] | None:
@@ -373,7 +396,12 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     spec = contract(scheme)
     if spec is None:
         return []
+    malformed = _weight_shape(info)
+    if malformed is not None:
+        return [malformed]
     dims = _dims(info, scheme)
+    weight = info.weight
+    lead = weight.shape[:-2] if weight is not None else ()
     out: list[Finding] = []
     for operand in spec:
         entry = info.operands.get(operand.name)
@@ -400,7 +428,7 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
             )
             continue
         if dims is not None and not _shape_ok(
-            operand.shape, entry, *dims, scheme.group_size, scheme.block
+            operand.shape, entry, *dims, scheme.group_size, scheme.block, lead
         ):
             out.append(
                 finding(
