@@ -43,7 +43,7 @@ from qarm_audit.resolve.resolver import Membership, _language_model_aliases
 from qarm_audit.sources.checkpoint import TensorEntry
 
 MODULE = "model.layers.0.mlp.down_proj"
-FP8S = frozenset({"F8_E4M3", "F8_E5M2"})
+FP8S = frozenset({"F8_E4M3"})  # what every FP8 weight is allocated as
 
 
 def module(ops: list[tuple[str, str, tuple[int, ...]]], name: str = MODULE) -> ModuleInfo:
@@ -695,7 +695,7 @@ FINDINGS: dict[str, tuple[list[Any], Membership, Scheme | None, list[tuple[str, 
         ],
     ),
     "operands-missing": (
-        [(W, "U8", (8, 4)), ("weight_scale", "F8_E4M3", (8, 1))],
+        [(W, "U8", (8, 8)), ("weight_scale", "F8_E4M3", (8, 1))],
         NVLIN,
         NV,
         [
@@ -788,6 +788,50 @@ FINDINGS: dict[str, tuple[list[Any], Membership, Scheme | None, list[tuple[str, 
             "empty": (0, 16),
         }.items()
     },
+    "operand-dtype-e5m2": (
+        [(W, "F8_E5M2", (8, 16)), ("weight_scale", "F32", ()), ("input_scale", "F32", ())],
+        LINEAR,
+        FP8,
+        [("operand-dtype", T + W, f"{T}weight is F8_E5M2; FP8 writes F8_E4M3")],
+    ),
+    "operand-shape-partial-group": (
+        [(W, "U8", (8, 12)), ("weight_scale", "F8_E4M3", (8, 2)), *NV_OK[2:]],
+        NVLIN,
+        NV,
+        [
+            (
+                "operand-shape",
+                T + "weight_scale",
+                f"{MODULE} has in=24, not a multiple of NVFP4's group of 16: vLLM's ModelOpt "
+                "NVFP4 linear raises 'Unsupported model when in features size is not multiple "
+                "of 16'",
+            )
+        ],
+    ),
+    "operand-unexpected-smoothing": (
+        [
+            (W, "F8_E4M3", (8, 16)),
+            ("weight_scale", "F32", ()),
+            ("input_scale", "F32", ()),
+            ("pre_quant_scale", "BF16", (16,)),
+        ],
+        LINEAR,
+        FP8,
+        [
+            (
+                "operand-unexpected",
+                T + "pre_quant_scale",
+                f"{T}pre_quant_scale (BF16 [16]) is no operand of FP8 as modelopt writes it "
+                "(input_scale, weight, weight_scale); it belongs to the awq-smooth family",
+            )
+        ],
+    ),
+    "intact-smoothed": (
+        [*NV_OK, ("pre_quant_scale", "BF16", (16,))],
+        Membership("NVFP4_AWQ", "class", "Linear"),
+        scheme(MO, "nvfp4", "tensor_group", 4, False, "tensor_group", bits=4, name="NVFP4_AWQ"),
+        [],
+    ),
     "intact": (NV_OK, NVLIN, NV, []),
 }
 

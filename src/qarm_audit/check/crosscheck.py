@@ -16,7 +16,7 @@ from .alike import Alike, group_alike
 from .bnb import bnb_4bit_shapes
 from .gptq import awq_shapes, gptq_shapes
 from .mxfp4 import mxfp4_shapes, unquantized_experts
-from .spelling import COMPATIBLE, FP8_DTYPES, Spelling, spell
+from .spelling import COMPATIBLE, Spelling, spell
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,9 @@ class Operand:
 
 
 F32 = frozenset({"F32"})
+E4M3 = frozenset({"F8_E4M3"})
+"""Every FP8 weight an engine allocates (vLLM 0.33: ModelOpt's FP8 and MXFP8, compressed-tensors'
+FP8 and MXFP8, native FP8 alike), which a weight written as F8_E5M2 is copied into by value."""
 FLOAT = frozenset({"F32", "BF16", "F16"})
 E8M0 = frozenset({"U8", "F8_E8M0"})
 
@@ -58,7 +61,7 @@ def _contract_of(scheme: Scheme) -> list[Operand] | None:
         return _mxfp4(scheme)
     if scheme.producer == "modelopt":
         if scheme.family == "fp8":
-            weight = Operand("weight", FP8_DTYPES, "out,in")
+            weight = Operand("weight", E4M3, "out,in")
             if scheme.weight_strategy == "tensor":
                 return [
                     weight,
@@ -77,7 +80,7 @@ def _contract_of(scheme: Scheme) -> list[Operand] | None:
             ]
         if scheme.family == "mxfp8":
             return [
-                Operand("weight", FP8_DTYPES, "out,in"),
+                Operand("weight", E4M3, "out,in"),
                 Operand("weight_scale", E8M0, "out,in/g"),
             ]
         if scheme.family == "mxfp4":
@@ -92,7 +95,7 @@ def _contract_of(scheme: Scheme) -> list[Operand] | None:
             scheme.weight_strategy or "", "any"
         )
         return [
-            Operand("weight", FP8_DTYPES, "out,in"),
+            Operand("weight", E4M3, "out,in"),
             Operand("weight_scale", FLOAT, shape),
             Operand(
                 "input_scale",
@@ -104,7 +107,7 @@ def _contract_of(scheme: Scheme) -> list[Operand] | None:
     if scheme.family == "mxfp8":
         # CompressedTensorsW8A8Mxfp8: FP8 weights, one E8M0 uint8 scale per 32
         return [
-            Operand("weight", FP8_DTYPES, "out,in"),
+            Operand("weight", E4M3, "out,in"),
             Operand("weight_scale", U8, "out,in/g"),
             *([Operand("input_scale", FLOAT, "any")] if static else []),
         ]
@@ -142,9 +145,6 @@ def _contract_of(scheme: Scheme) -> list[Operand] | None:
             Operand("input_scale", FLOAT, "any", required=static),
         ]
     return None
-
-
-E4M3 = frozenset({"F8_E4M3"})
 
 
 def _native_fp8(scheme: Scheme) -> list[Operand]:
@@ -403,6 +403,9 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     weight = info.weight
     lead = weight.shape[:-2] if weight is not None else ()
     out: list[Finding] = []
+    partial = _partial_group(info, scheme, dims)
+    if partial is not None:
+        out.append(partial)
     for operand in spec:
         entry = info.operands.get(operand.name)
         if entry is None:
@@ -457,21 +460,57 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     return out
 
 
+WHOLE_GROUPS: dict[tuple[str, str], str] = {
+    ("modelopt", "nvfp4"): "vLLM's ModelOpt NVFP4 linear raises 'Unsupported model when in "
+    "features size is not multiple of 16'",
+    ("compressed-tensors", "nvfp4"): "vLLM's compressed-tensors NVFP4 scheme allocates "
+    "in // 16 scales a row, one fewer than a partial group needs",
+    ("modelopt", "mxfp8"): "vLLM's ModelOpt MXFP8 linear raises on an input size that is not "
+    "a multiple of 32",
+}
+"""Schemes whose engine layer takes whole groups only, and what it does with a partial one
+(vllm-project/vllm vllm/model_executor/layers/quantization/modelopt.py@v0.33.0 L2026-L2029 and
+L2335-L2339, compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py@v0.33.0 L73-L82)."""
+
+
+def _partial_group(
+    info: ModuleInfo, scheme: Scheme, dims: tuple[int, int] | None
+) -> Finding | None:
+    said = WHOLE_GROUPS.get((scheme.producer, scheme.family))
+    group = scheme.group_size
+    if said is None or dims is None or not group or dims[1] % group == 0:
+        return None
+    return finding(
+        "operand-shape",
+        f"{info.name} has in={dims[1]}, not a multiple of {scheme.name}'s group of {group}: {said}",
+        module=info.name,
+        tensor=f"{info.name}.weight_scale",
+    )
+
+
 OPTIONAL: dict[tuple[str, str], frozenset[str]] = {
-    # ModelOpt's AWQ-smoothed exports keep the smoothing factor beside the scales
-    ("modelopt", "nvfp4"): frozenset({"pre_quant_scale"}),
-    ("modelopt", "fp8"): frozenset({"pre_quant_scale"}),
     # compressed-tensors group quantization with activation ordering
     ("compressed-tensors", "int"): frozenset({"weight_g_idx"}),
 }
 """Operands a producer writes beside its contract in some exports; nothing else may be."""
+
+SMOOTHED = frozenset({"NVFP4_AWQ", "NVFP4_SVD", "W4A16_AWQ", "W4A8_AWQ", "W8A8_SQ_PER_CHANNEL"})
+"""ModelOpt algorithms whose export keeps the smoothing factor (``pre_quant_scale``) beside the
+scales (docs/formats.md). Under any other (FP8, NVFP4) the tensor is a stray: no vLLM 0.33
+layer registers it, and its weight loader raises 'There is no module or parameter named'."""
+
+
+def _optional(scheme: Scheme) -> frozenset[str]:
+    if scheme.producer == "modelopt" and (scheme.algo or scheme.name).upper() in SMOOTHED:
+        return frozenset({"pre_quant_scale"})
+    return OPTIONAL.get((scheme.producer, scheme.family), frozenset())
 
 
 def _strays(info: ModuleInfo, scheme: Scheme, spec: Sequence[Operand]) -> list[Finding]:
     """Every shipped tensor the scheme's producer does not write: engines fail on an unexpected
     parameter or drop its bytes silently, so a tensor that cannot be placed is refused."""
     expected = {o.name for o in spec} | KV_OPERANDS | {"bias"}
-    expected |= OPTIONAL.get((scheme.producer, scheme.family), frozenset())
+    expected |= _optional(scheme)
     out: list[Finding] = []
     for name, entry in info.operands.items():
         if name in expected or classify_operand(name) is OperandKind.UNCLASSIFIED:
