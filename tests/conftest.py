@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from click.testing import CliRunner, Result
 from safetensors import serialize_file
 from safetensors._safetensors_rust import TensorSpec
 
+from qarm_audit.check.completeness import EXPERT_COUNTS
 from qarm_audit.cli import cli
 from qarm_audit.sources.header import DTYPE_BITS
 
@@ -179,6 +181,29 @@ def modelopt_file(
     if layers is not None:
         q["quantized_layers"] = layers
     return {"producer": {"name": "modelopt", "version": "0.39.0"}, "quantization": q}
+
+
+def sized(config: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """A real checkpoint's config.json trimmed to the small model a test writes: its
+    ``num_hidden_layers`` and routed-expert counts (those it states, at the top or in
+    ``text_config``) become what ``names`` ship, so that the audit does not refuse the test's
+    model for the layers and experts it leaves out."""
+    written = list(names)
+    counts = {"num_hidden_layers": _highest(written, "layers") + 1}
+    experts = _highest(written, "experts") + 1
+    counts.update(dict.fromkeys(EXPERT_COUNTS, experts) if experts else {})
+    out = {**config}
+    if isinstance(out.get("text_config"), dict):
+        out["text_config"] = {**out["text_config"]}
+    for part in (out, out.get("text_config")):
+        if isinstance(part, dict):
+            part.update({k: v for k, v in counts.items() if type(part.get(k)) is int})
+    return out
+
+
+def _highest(names: list[str], container: str) -> int:
+    found = [int(m[1]) for n in names for m in re.finditer(rf"\b{container}\.([0-9]+)\b", n)]
+    return max(found, default=-1)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REALWORLD, llama, modelopt_file, nvfp4_modelopt, write_checkpoint
+from conftest import REALWORLD, llama, modelopt_file, nvfp4_modelopt, sized, write_checkpoint
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 
@@ -250,7 +250,8 @@ def test_malformed_declaration_is_a_named_error_and_exit_2(
 
 def test_sparsity_only_checkpoint_is_not_quantized(tmp_path: Path) -> None:
     text = (REALWORLD / "llmc-stories42m-pruned24-sparse-only" / "config.json").read_text()
-    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": text})
+    config = sized(json.loads(text), llama())
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": config})
     report = audit(str(path), engine="sglang")
     assert report.declaration.family == "none"
     assert "sparsity only" in (report.declaration.reason or "")
@@ -261,12 +262,17 @@ def test_sparsity_only_checkpoint_is_not_quantized(tmp_path: Path) -> None:
 def test_vllm_refuses_any_sparsity_config(tmp_path: Path, release: str) -> None:
     """vLLM raises at config parse for a sparsity_config with targets, quantized or not
     (compressed_tensors.py _parse_sparsity_config); SGLang still reads it."""
-    text = (REALWORLD / "llmc-stories42m-pruned24-sparse-only" / "config.json").read_text()
-    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": text})
+    config = sized(
+        json.loads(
+            (REALWORLD / "llmc-stories42m-pruned24-sparse-only" / "config.json").read_text()
+        ),
+        llama(),
+    )
+    path = write_checkpoint(tmp_path / "c", {"model.safetensors": llama()}, {"config.json": config})
     report = audit(str(path), engine=f"vllm=={release}")
     assert [r.code for r in report.refusals] == ["engine-refuses-declaration"]
     assert "Sparsity support has been removed" in report.refusals[0].message
-    untargeted = json.loads(text)
+    untargeted = json.loads(json.dumps(config))
     untargeted["quantization_config"]["sparsity_config"]["targets"] = []
     path = write_checkpoint(
         tmp_path / "u", {"model.safetensors": llama()}, {"config.json": untargeted}

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import write_checkpoint
+from conftest import sized, write_checkpoint
 from qarm_audit import audit
 from qarm_audit.declarations import read_declaration
 from qarm_audit.layers import build_tree
@@ -157,10 +157,12 @@ def test_an_unmodelled_architecture_says_so(tmp_path: Path) -> None:
 def test_the_kimi_ignore_list_no_longer_refuses_every_router(tmp_path: Path) -> None:
     config = json.loads((REALWORLD / "aic-kimi-k2.5-nvfp4-named" / "config.json").read_text())
     router = "language_model.model.layers.1.mlp.gate"
+    tensors = {  # layer 0 is Kimi's one dense layer: no router
+        f"{router}.weight": ("BF16", (16, 16)),
+        "language_model.model.layers.0.input_layernorm.weight": ("BF16", (16,)),
+    }
     folder = write_checkpoint(
-        tmp_path / "kimi",
-        {"model.safetensors": {f"{router}.weight": ("BF16", (16, 16))}},
-        {"config.json": config},
+        tmp_path / "kimi", {"model.safetensors": tensors}, {"config.json": sized(config, tensors)}
     )
     report = audit(str(folder))
     assert report.layer_tree is not None and report.layer_tree.modelled

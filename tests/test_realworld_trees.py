@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REALWORLD, nvfp4_modelopt, write_checkpoint
+from conftest import REALWORLD, nvfp4_modelopt, sized, write_checkpoint
 from qarm_audit import audit
 
 # --- ModelOpt: names per architecture, written as the exporter writes them --------------------
@@ -194,6 +194,7 @@ def test_a_modelopt_export_of_a_real_declaration_is_refused_only_where_vllm_refu
     documents = {file: document} if file != "config.json" else {}
     config_json = {**document, **config} if file == "config.json" else config
     tensors = _modelopt_export(modules(), _excludes(document))
+    config_json = sized(config_json, tensors)
     folder = write_checkpoint(
         tmp_path / case, {"model.safetensors": tensors}, {"config.json": config_json, **documents}
     )
@@ -208,7 +209,9 @@ def test_the_refused_modelopt_case_is_refused_on_the_fused_mla_layer_only(tmp_pa
     document = json.loads((REALWORLD / case / file).read_text())
     tensors = _modelopt_export(modules(), _excludes(document))
     folder = write_checkpoint(
-        tmp_path / case, {"model.safetensors": tensors}, {"config.json": config, file: document}
+        tmp_path / case,
+        {"model.safetensors": tensors},
+        {"config.json": sized(config, tensors), file: document},
     )
     refused = {r.module.rsplit(".", 1)[-1] for r in audit(str(folder)).refusals}
     assert refused <= {"fused_qkv_a_proj", "q_a_proj", "kv_a_proj_with_mqa"}
@@ -306,6 +309,7 @@ def test_a_compressed_tensors_export_of_a_real_declaration_loads_as_vllm_loads_i
     folder.mkdir()
     prefix = PREFIX.get(case, "")
     save_file({prefix + k: v for k, v in state.items()}, str(folder / "model.safetensors"))
+    config = sized(config, [prefix + k for k in state])
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     report = audit(str(folder))
     assert report.layer_tree is not None and report.layer_tree.modelled

@@ -116,6 +116,15 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "operand-dtype": (Severity.REFUSAL, "an operand's dtype contradicts the declared scheme"),
     "operand-shape": (Severity.REFUSAL, "an operand's shape contradicts the declared scheme"),
+    "experts-incomplete": (
+        Severity.REFUSAL,
+        "a MoE layer lacks a routed expert, or a projection of one, that config.json counts",
+    ),
+    "layers-incomplete": (
+        Severity.REFUSAL,
+        "a decoder layer between the first and the last (or that num_hidden_layers counts) "
+        "ships no tensor",
+    ),
     "block-shape-indivisible": (
         Severity.REFUSAL,
         "a block-FP8 fused or MoE layer's shard size is no multiple of the weight block",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
 from ..check.blocks import block_refusals
+from ..check.completeness import completeness_refusals
 from ..check.crosscheck import check_all, uncontracted
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
@@ -210,8 +211,10 @@ def _audit(
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
     if modules is None:
         modules = build_inventory(tensors)
-    tree = build_tree(modules, read_model_config(checkpoint.documents), layer_facts(profile))
+    model_config = read_model_config(checkpoint.documents)
+    tree = build_tree(modules, model_config, layer_facts(profile))
     findings.extend(tree_findings(tree))
+    findings.extend(completeness_refusals(modules, model_config))
     resolution = resolve(declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
