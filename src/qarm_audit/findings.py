@@ -183,6 +183,18 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "a quantized KV cache is declared and no k/v scale is shipped",
     ),
+    "kv-scale-shape": (
+        Severity.REFUSAL,
+        "a KV-cache scale is not the scalar (or per-KV-head vector) the engine loads",
+    ),
+    "kv-k-scale-missing": (
+        Severity.REFUSAL,
+        "an attention layer ships a v_scale and no k_scale; vLLM's KV-cache method asserts",
+    ),
+    "kv-scales-partial": (
+        Severity.WARNING,
+        "some attention layers ship no KV scale, or only one of k and v; the engine fills in",
+    ),
     "kv-scales-undeclared": (
         Severity.INFO,
         "k/v scales are shipped but no quantized KV cache is declared",

@@ -14,6 +14,7 @@ from ..check.alike import Alike, group_alike
 from ..check.blocks import block_refusals
 from ..check.completeness import completeness_refusals
 from ..check.crosscheck import check_all, uncontracted
+from ..check.kv_scales import kv_scale_findings
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
@@ -270,6 +271,7 @@ def _audit(
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
     findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
+    findings.extend(kv_scale_findings(declaration, modules))
     findings.extend(_input_scale_notes(declaration, alike))
     probe: ProbeInfo | None = None
     if probe_scalars:

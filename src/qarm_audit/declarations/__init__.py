@@ -59,6 +59,9 @@ class KvDeclaration:
     algo: str
     """``FP8``, ``NVFP4``, ``INT8`` ..., as declared."""
     where: str
+    strategy: str | None = None
+    """compressed-tensors' ``kv_cache_scheme`` strategy (``tensor``, ``attn_head``); None for
+    a format that states none."""
 
 
 @dataclass(frozen=True)
@@ -346,7 +349,7 @@ def _ct_kv(args: ct.QuantArgs | None, where: str) -> KvDeclaration | None:
     label = {("float", 8): "FP8", ("int", 8): "INT8", ("float", 4): "NVFP4"}.get(
         (args.type, args.num_bits), f"{args.type}{args.num_bits}"
     )
-    return KvDeclaration(label, where)
+    return KvDeclaration(label, where, args.resolved_strategy)
 
 
 def _sparsity_targets(config: dict[str, Any] | None) -> tuple[str, ...]:

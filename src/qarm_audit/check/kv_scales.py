@@ -1,0 +1,114 @@
+"""KV-cache scales as the engine loads them: one of k and one of v for each attention layer.
+
+vLLM 0.33 (vllm-project/vllm vllm/model_executor/layers/quantization/kv_cache.py@v0.33.0):
+``KVCacheScaleParameter`` is a scalar whose loader raises on a tensor of more than one element
+(L32-L42, L69-L73); after loading, a layer with neither scale gets 1.0 for both, one with only
+``k_scale`` gets it for ``v`` too, and one with only ``v_scale`` fails ``assert layer.k_scale >
+0.0`` (L117-L141). compressed-tensors allocates one scale per KV head under ``strategy:
+attn_head`` and a scalar otherwise, and keeps 1.0 where none is loaded
+(quantization/compressed_tensors/compressed_tensors.py@v0.33.0 L1157-L1268).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..declarations import Declaration
+from ..findings import Finding, finding
+from ..modules.inventory import ModuleInfo
+from ..sources.checkpoint import TensorEntry
+
+SCALES = ("k_scale", "v_scale")
+PROJECTIONS = (".k_proj", ".v_proj")
+"""Where ModelOpt writes the scales (``self_attn.k_proj.k_scale``): the attention layer is the
+projection's parent, as vLLM's ``maybe_remap_kv_scale_name`` maps it."""
+
+
+def kv_scale_findings(declaration: Declaration, modules: Mapping[str, ModuleInfo]) -> list[Finding]:
+    """Refusals for a KV scale the engine cannot load, warnings for one it fills in itself;
+    only where a quantized KV cache is declared (else the scales are not read)."""
+    kv = declaration.kv
+    if kv is None:
+        return []
+    attentions: dict[str, dict[str, TensorEntry]] = {}
+    known: set[str] = set()
+    for name, info in modules.items():
+        if name.endswith(".k_proj"):
+            known.add(name[: -len(".k_proj")])
+        operands = info.operands
+        if "k_scale" in operands or "v_scale" in operands:
+            attention = name.rpartition(".")[0] if name.endswith(PROJECTIONS) else name
+            held = attentions.setdefault(attention, {})
+            held.update((s, operands[s]) for s in SCALES if s in operands)
+    if not attentions:
+        return []  # none shipped: kv-scales-missing says so
+    per_head = kv.strategy == "attn_head"
+    base = declaration.family != "compressed-tensors"  # vLLM's BaseKVCacheMethod rules
+    out = [
+        _shape(attention, entry, kv.algo)
+        for attention, held in sorted(attentions.items())
+        for entry in held.values()
+        if not _loadable(entry, per_head)
+    ]
+    only_v = sorted(a for a, held in attentions.items() if "k_scale" not in held)
+    only_k = sorted(a for a, held in attentions.items() if "v_scale" not in held)
+    if base and only_v:
+        out.extend(
+            finding(
+                "kv-k-scale-missing",
+                f"{attention} ships a v_scale and no k_scale; vLLM's KV-cache method asserts "
+                "k_scale > 0 when it has a v_scale, and the load fails",
+                module=attention,
+            )
+            for attention in only_v
+        )
+    unscaled = sorted(known - attentions.keys())
+    said = []
+    if unscaled:
+        said.append(f"{_layers(unscaled)} no KV scale ({_first(unscaled)})")
+    if only_k:
+        said.append(f"{_layers(only_k)} a k_scale and no v_scale ({_first(only_k)})")
+    if only_v and not base:
+        said.append(f"{_layers(only_v)} a v_scale and no k_scale ({_first(only_v)})")
+    if said:
+        fills = (
+            "v takes the layer's k_scale and a layer without either takes 1.0"
+            if base
+            else "a scale not shipped is 1.0"
+        )
+        out.append(
+            finding(
+                "kv-scales-partial",
+                f"a {kv.algo} KV cache is declared in {kv.where}, and {'; '.join(said)}; the "
+                f"engine fills in what is missing without a word ({fills})",
+            )
+        )
+    return out
+
+
+def _loadable(entry: TensorEntry, per_head: bool) -> bool:
+    if per_head:
+        return len(entry.shape) <= 1
+    count = 1
+    for dim in entry.shape:
+        count *= dim
+    return count == 1
+
+
+def _shape(attention: str, entry: TensorEntry, algo: str) -> Finding:
+    return finding(
+        "kv-scale-shape",
+        f"{entry.name} has shape {list(entry.shape)}; for a {algo} KV cache the engine "
+        "allocates one scale per attention layer (per KV head only under compressed-tensors' "
+        "strategy attn_head) and its loader raises on any other",
+        module=attention,
+        tensor=entry.name,
+    )
+
+
+def _layers(names: list[str]) -> str:
+    return "1 attention layer ships" if len(names) == 1 else f"{len(names)} attention layers ship"
+
+
+def _first(names: list[str]) -> str:
+    return names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")

@@ -1,0 +1,121 @@
+"""KV-cache scales the engine cannot load are refused, and those it fills in itself are said.
+
+What vLLM 0.33 does (vllm-project/vllm vllm/model_executor/layers/quantization/kv_cache.py
+@v0.33.0 L32-L42, L69-L73, L117-L141; compressed_tensors/compressed_tensors.py@v0.33.0
+L1157-L1268): a scalar per attention layer whose loader raises on more elements (per KV head
+under compressed-tensors' ``attn_head``); only ``k_scale`` shipped gives ``v`` the same;
+only ``v_scale`` fails an assert; nothing shipped is 1.0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import fp8_modelopt, llama, modelopt_file, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.report.model import Report
+
+ATTENTION = [f"model.layers.{n}.self_attn" for n in range(2)]
+
+
+def modelopt(root: Path, scales: dict[str, Any]) -> Report:
+    """ModelOpt FP8 with an FP8 KV cache; ``scales`` as ModelOpt writes them, on k_proj/v_proj."""
+    tensors = {**llama(2, fp8_modelopt), **scales}
+    documents = {
+        "config.json": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+        "hf_quant_config.json": modelopt_file("FP8", excludes=["lm_head"], kv="FP8"),
+    }
+    return audit(str(write_checkpoint(root, {"model.safetensors": tensors}, documents)))
+
+
+def both(shape: tuple[int, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for attention in ATTENTION:
+        out[f"{attention}.k_proj.k_scale"] = ("F32", shape)
+        out[f"{attention}.v_proj.v_scale"] = ("F32", shape)
+    return out
+
+
+def compressed_tensors(root: Path, scales: dict[str, Any], strategy: str) -> Report:
+    """compressed-tensors FP8 weights and an FP8 KV cache of ``strategy``; the scales on the
+    attention module, as llm-compressor writes them."""
+    weights = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
+    block = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": weights, "format": "float-quantized"}
+        },
+        "ignore": ["lm_head"],
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": strategy},
+    }
+    tensors = {**llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False)), **scales}
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    documents = {"config.json": {**config, "quantization_config": block}}
+    return audit(str(write_checkpoint(root, {"model.safetensors": tensors}, documents)))
+
+
+def codes(report: Report) -> list[str]:
+    return sorted(r.code for r in [*report.refusals, *report.warnings] if r.code.startswith("kv-"))
+
+
+def test_one_scalar_of_each_on_every_layer_is_clean(tmp_path: Path) -> None:
+    assert codes(modelopt(tmp_path / "c", both())) == []
+    assert codes(modelopt(tmp_path / "one", both((1,)))) == []
+
+
+def test_a_scale_per_head_where_the_engine_allocates_one(tmp_path: Path) -> None:
+    report = modelopt(tmp_path / "c", both((8,)))
+    assert codes(report) == ["kv-scale-shape"] * 4
+    first = report.refusals[0]
+    assert (first.module, first.tensor) == (ATTENTION[0], f"{ATTENTION[0]}.k_proj.k_scale")
+    assert first.message.startswith(f"{ATTENTION[0]}.k_proj.k_scale has shape [8]; for a FP8 KV")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"), [("attn_head", []), ("tensor", ["kv-scale-shape"] * 4)]
+)
+def test_compressed_tensors_scales_per_head_only_under_attn_head(
+    tmp_path: Path, strategy: str, expected: list[str]
+) -> None:
+    scales = {f"{a}.{s}": ("F32", (8,)) for a in ATTENTION for s in ("k_scale", "v_scale")}
+    assert codes(compressed_tensors(tmp_path / "c", scales, strategy)) == expected
+
+
+def test_a_v_scale_without_its_k_scale_fails_the_load(tmp_path: Path) -> None:
+    scales = {k: v for k, v in both().items() if not k.startswith(f"{ATTENTION[1]}.k_proj")}
+    report = modelopt(tmp_path / "c", scales)
+    assert [(r.code, r.module) for r in report.refusals] == [("kv-k-scale-missing", ATTENTION[1])]
+
+
+def test_a_v_scale_without_its_k_scale_under_compressed_tensors_is_filled_in(
+    tmp_path: Path,
+) -> None:
+    scales = {f"{a}.v_scale": ("F32", (1,)) for a in ATTENTION}
+    scales[f"{ATTENTION[0]}.k_scale"] = ("F32", (1,))
+    report = compressed_tensors(tmp_path / "c", scales, "tensor")
+    assert codes(report) == ["kv-scales-partial"]
+    assert "1 attention layer ships a v_scale and no k_scale" in report.warnings[0].message
+
+
+def test_a_k_scale_without_its_v_scale_is_filled_in(tmp_path: Path) -> None:
+    scales = {k: v for k, v in both().items() if not k.startswith(f"{ATTENTION[0]}.v_proj")}
+    report = modelopt(tmp_path / "c", scales)
+    assert codes(report) == ["kv-scales-partial"]
+    [warning] = report.warnings
+    assert "1 attention layer ships a k_scale and no v_scale (model.layers.0.self_attn)" in (
+        warning.message
+    )
+    assert "v takes the layer's k_scale" in warning.message
+
+
+def test_a_layer_without_either_scale_is_filled_in(tmp_path: Path) -> None:
+    scales = {k: v for k, v in both().items() if not k.startswith(ATTENTION[1])}
+    report = modelopt(tmp_path / "c", scales)
+    assert codes(report) == ["kv-scales-partial"]
+    assert "1 attention layer ships no KV scale (model.layers.1.self_attn)" in (
+        report.warnings[0].message
+    )
