@@ -212,6 +212,21 @@ def test_declared_group_size_other_than_the_shipped_one(tmp_path: Path) -> None:
     assert refusals(folder) == {"operand-shape": _linears()}
 
 
+def test_a_group_that_does_not_divide_the_input(tmp_path: Path) -> None:
+    """group_size 48 over in=64: the shipped two groups are what a producer writes for it,
+    and vLLM takes whole groups only (it allocates in // group); in=128 disagrees besides."""
+    folder = _config(copy(tmp_path, W4), group_size=48)
+    assert refusals(folder)["operand-shape"] == _linears()
+    q = "model.layers.0.self_attn.q_proj"
+    [message] = [
+        r.message for r in audit(str(folder), engine="name-probe").refusals if r.module == q
+    ]
+    assert message == (
+        f"{q} has in=64, not a multiple of GPTQ_W4_G48's group of 48: vLLM allocates in // "
+        "group scale groups and its kernels take whole groups only"
+    )
+
+
 def test_qzeros_packed_for_other_bits(tmp_path: Path) -> None:
     def edit(t: Tensors) -> None:
         t[f"{DOWN}.qzeros"] = zeros("I32", (4, 16))

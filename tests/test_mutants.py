@@ -808,6 +808,24 @@ FINDINGS: dict[str, tuple[list[Any], Membership, Scheme | None, list[tuple[str, 
             )
         ],
     ),
+    "operand-shape-partial-group-packed": (
+        [
+            ("weight_packed", "I32", (8, 12)),
+            ("weight_shape", "I64", (2,)),
+            ("weight_scale", "BF16", (8, 2)),
+        ],
+        Membership("group_0", "regex", "re:.*"),
+        scheme(CT, "int", "group", bits=4, group=64, fmt="pack-quantized", name="group_0"),
+        [
+            (
+                "operand-shape",
+                T + "weight_scale",
+                f"{MODULE} has in=96, not a multiple of group_0's group of 64: vLLM's "
+                "compressed-tensors WNA16 scheme raises 'Weight input_size_per_partition=... "
+                "is not divisible by group_size'",
+            )
+        ],
+    ),
     "operand-unexpected-smoothing": (
         [
             (W, "F8_E4M3", (8, 16)),

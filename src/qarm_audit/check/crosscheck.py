@@ -467,10 +467,13 @@ WHOLE_GROUPS: dict[tuple[str, str], str] = {
     "in // 16 scales a row, one fewer than a partial group needs",
     ("modelopt", "mxfp8"): "vLLM's ModelOpt MXFP8 linear raises on an input size that is not "
     "a multiple of 32",
+    ("compressed-tensors", "int"): "vLLM's compressed-tensors WNA16 scheme raises 'Weight "
+    "input_size_per_partition=... is not divisible by group_size'",
 }
 """Schemes whose engine layer takes whole groups only, and what it does with a partial one
 (vllm-project/vllm vllm/model_executor/layers/quantization/modelopt.py@v0.33.0 L2026-L2029 and
-L2335-L2339, compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py@v0.33.0 L73-L82)."""
+L2335-L2339, compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py@v0.33.0 L73-L82,
+compressed_tensors/schemes/compressed_tensors_wNa16.py@v0.33.0 L168-L174)."""
 
 
 def _partial_group(
@@ -478,7 +481,11 @@ def _partial_group(
 ) -> Finding | None:
     said = WHOLE_GROUPS.get((scheme.producer, scheme.family))
     group = scheme.group_size
-    if said is None or dims is None or not group or dims[1] % group == 0:
+    packed = info.operands.get("weight_packed")
+    if scheme.format == "pack-quantized" and packed is not None and packed.dtype == "I32":
+        # int32 words along the input: as many inputs as the words hold, rounded up
+        dims = (packed.shape[0], packed.shape[-1] * (32 // (scheme.weight_bits or 4)))
+    if said is None or dims is None or not group or group < 0 or dims[1] % group == 0:
         return None
     return finding(
         "operand-shape",

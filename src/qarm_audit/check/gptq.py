@@ -41,7 +41,7 @@ def gptq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
         "qzeros": ((groups, out * bits // 32), f"writes [groups, out/{pack}]"),
         "scales": ((groups, out), "writes [groups, out]"),
     }
-    return _disagreeing(info, scheme, inner, out, expected)
+    return _partial_group(info, scheme, inner) + _disagreeing(info, scheme, inner, out, expected)
 
 
 def awq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
@@ -67,7 +67,27 @@ def awq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
         "qzeros": ((groups, out * bits // 32), f"writes [groups, out/{pack}]"),
         "scales": ((groups, out), "writes [groups, out]"),
     }
-    return _disagreeing(info, scheme, inner, out, expected)
+    return _partial_group(info, scheme, inner) + _disagreeing(info, scheme, inner, out, expected)
+
+
+def _partial_group(info: ModuleInfo, scheme: Scheme, inner: int) -> list[Finding]:
+    """A layer whose input is no multiple of the group: vLLM 0.33 allocates ``in // group``
+    groups and takes whole groups only (vllm-project/vllm
+    vllm/model_executor/layers/quantization/auto_gptq.py@v0.33.0 L368-L373; Marlin refuses
+    such a layer, and AutoAWQ's fallback raises, auto_awq.py@v0.33.0 L819-L824), while the
+    producer writes the last, partial group as a whole one."""
+    group = scheme.group_size
+    if not group or group < 0 or inner % group == 0:
+        return []
+    return [
+        finding(
+            "operand-shape",
+            f"{info.name} has in={inner}, not a multiple of {scheme.name}'s group of {group}: "
+            "vLLM allocates in // group scale groups and its kernels take whole groups only",
+            module=info.name,
+            tensor=f"{info.name}.scales",
+        )
+    ]
 
 
 def _disagreeing(
