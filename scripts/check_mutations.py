@@ -850,7 +850,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "        count = stated[1] if stated else max(experts) + 1",
      "        count = max(experts) + 1"),
     ("layers-config-count", "check/completeness.py",
-     "        decoder = stated is not None and container.endswith(DECODERS)",
+     "        decoder = stated is not None and container in DECODERS",
      "        decoder = False"),
     ("layers-projection-missing", "check/completeness.py",
      "        *_projections([found for found in placed if found.end() < len(found.string)]),\n",

@@ -179,6 +179,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         "a compressed-tensors target or ModelOpt layer entry matches no module",
     ),
     # KV cache
+    "layer-modules-differ": (
+        Severity.WARNING,
+        "one layer lacks modules that other layers of its kind ship beside the same modules",
+    ),
     "kv-scales-missing": (
         Severity.WARNING,
         "a quantized KV cache is declared and no k/v scale is shipped",

@@ -25,9 +25,18 @@ they are read: DeepSeek, Mixtral and Llama 4, Qwen MoE, and ERNIE."""
 _LAYER = re.compile(r"^((?:.*?\.)?layers)\.([0-9]+)(?:\.|$)")
 """A module's decoder-layer container and index: the first ``layers.<n>`` in its name."""
 
-DECODERS = ("model.layers", "language_model.layers")
-"""Containers (by their end) of the decoder layers that ``num_hidden_layers`` counts; other
-``layers`` containers (a vision encoder's, an MTP block's) are checked for holes only."""
+DECODERS = frozenset(
+    {
+        "model.layers",
+        "language_model.layers",
+        "language_model.model.layers",
+        "model.language_model.layers",
+        "model.language_model.model.layers",
+    }
+)
+"""The containers of the decoder layers that ``num_hidden_layers`` counts, whole names only:
+other ``layers`` containers (Llama 4's ``vision_model.model.layers``, an MTP block's) are
+checked for gaps only."""
 
 SHOWN = 8
 
@@ -125,7 +134,7 @@ def _layers(placed: list[re.Match[str]], values: Mapping[str, object]) -> list[F
     stated = _count(values, ("num_hidden_layers",))
     out = []
     for container, numbers in containers.items():
-        decoder = stated is not None and container.endswith(DECODERS)
+        decoder = stated is not None and container in DECODERS
         count = max(stated[1] if stated and decoder else 0, max(numbers) + 1)
         absent, absent_count = _absent(numbers, count)
         if not absent_count:
@@ -154,7 +163,7 @@ def _projections(placed: list[re.Match[str]]) -> list[Finding]:
     one layer has, short of a larger set that at least two layers have (or every other layer
     with that parent), lacks what the larger one holds. Layers of different kinds (dense and
     MoE, full and linear attention) differ by sets that many layers share, so they are not
-    mistaken for this."""
+    mistaken for this; a kind that only one layer has is, which is why this is a warning."""
     sets: dict[tuple[str, str], dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
     for found in placed:
         # at every level: a layer without its whole self_attn lacks a child of the layer
@@ -183,10 +192,12 @@ def _projections(placed: list[re.Match[str]]) -> list[Finding]:
             gone = ", ".join(sorted(fuller[0] - own))
             out.append(
                 finding(
-                    "layers-incomplete",
+                    "layer-modules-differ",
                     f"{where} ships no {gone}, which {_other_layers(held[fuller[0]], container)} "
-                    f"beside the same modules ({', '.join(sorted(own))}); vLLM loads a quantized "
-                    "checkpoint without checking that every parameter was filled",
+                    f"beside the same modules ({', '.join(sorted(own))}); unless the model builds "
+                    "this one layer without them (a layer of a kind of its own: Gemma's "
+                    "KV-shared layers, one full-attention layer among sliding ones), vLLM loads "
+                    "a quantized checkpoint without checking that every parameter was filled",
                     module=where,
                 )
             )
