@@ -32,6 +32,9 @@ DECODERS = frozenset(
         "language_model.model.layers",
         "model.language_model.layers",
         "model.language_model.model.layers",
+        "model.text_model.layers",
+        "backbone.layers",
+        "gpt_neox.layers",
     }
 )
 """The containers of the decoder layers that ``num_hidden_layers`` counts, whole names only:
