@@ -12,6 +12,7 @@ attn_head`` and a scalar otherwise, and keeps 1.0 where none is loaded
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import prod
 
 from ..declarations import Declaration
 from ..findings import Finding, finding
@@ -89,10 +90,7 @@ def kv_scale_findings(declaration: Declaration, modules: Mapping[str, ModuleInfo
 def _loadable(entry: TensorEntry, per_head: bool) -> bool:
     if per_head:
         return len(entry.shape) <= 1
-    count = 1
-    for dim in entry.shape:
-        count *= dim
-    return count == 1
+    return prod(entry.shape) == 1
 
 
 def _shape(attention: str, entry: TensorEntry, algo: str) -> Finding:
