@@ -16,6 +16,7 @@ from pathlib import Path
 
 from qarm_audit.engines.profile import (
     BUILTIN,
+    LoadError,
     Profile,
     Rule,
     _release_facts,
@@ -107,16 +108,28 @@ def rules_table(profile: Profile) -> str:
     if profile.load_errors:
         lines += [
             "",
-            "| refusal | declaration | cause | engine says | source |",
-            "|---|---|---|---|---|",
+            "| refusal | declaration | cause | when | engine says | source |",
+            "|---|---|---|---|---|---|",
         ]
         for quote in profile.load_errors:
-            says = f'raises: "{quote.text}"' if quote.text else f"raises nothing: {quote.note}"
+            says = f'raises: "{quote.text}"' if quote.text else f"{quote.note}"
             lines.append(
                 f"| `{quote.code}` | {_list(quote.producer or ['any'])} | {quote.cause or 'any'} | "
-                f"{_cell(says)} | `{quote.source}` |"
+                f"{_cell(_quote_when(quote))} | {_cell(says)} | `{quote.source}` |"
             )
     return "\n".join(lines)
+
+
+def _quote_when(quote: LoadError) -> str:
+    """The matchers beyond code, producer and cause that pick a load error, in words."""
+    parts = []
+    if quote.family:
+        parts.append(f"family {_list(quote.family)}")
+    if quote.says:
+        parts.append(f'the finding says "{quote.says}"')
+    if quote.quantized is not None:
+        parts.append("a quantization declared" if quote.quantized else "nothing quantized")
+    return "; ".join(parts) or "any"
 
 
 def matrix(name: str) -> str:

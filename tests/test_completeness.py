@@ -60,6 +60,8 @@ def without(tensors: dict[str, Any], *prefixes: str) -> dict[str, Any]:
 
 
 FULL = dict(num_hidden_layers=4, n_routed_experts=4)
+VLLM = "vllm v0.33.0"
+"""The default engine profile's label: each message ends in what that engine does."""
 
 
 def test_a_whole_checkpoint_of_dense_and_moe_layers_is_clean(tmp_path: Path) -> None:
@@ -74,8 +76,9 @@ def test_an_expert_without_any_tensor(tmp_path: Path) -> None:
         (
             "model.layers.2.mlp.experts",
             "model.layers.2.mlp.experts: config.json's n_routed_experts is 4, and expert 3 ships "
-            "no tensor; vLLM loads a quantized checkpoint without checking that every parameter "
-            "was filled, so what is missing computes with memory never written",
+            f"no tensor; {VLLM}: loads a quantized checkpoint without checking that every "
+            "parameter was filled (it checks an unquantized one only), so what is missing "
+            "computes with memory never written",
         )
     ]
 
@@ -111,7 +114,9 @@ def test_a_last_layer_the_config_counts_is_missing(tmp_path: Path) -> None:
         (
             "model.layers",
             "model.layers: config.json's num_hidden_layers is 4, and layer 3 ships no tensor; "
-            "vLLM loads a quantized checkpoint without checking that every parameter was filled",
+            f"{VLLM}: loads a quantized checkpoint without checking that every parameter was "
+            "filled (it checks an unquantized one only), so what is missing computes with "
+            "memory never written",
         )
     ]
 
@@ -138,8 +143,9 @@ def test_a_projection_missing_from_one_layer(tmp_path: Path) -> None:
             "model.layers.1.self_attn ships no v_proj, which 2 other layers of model.layers "
             "ship beside the same modules (k_proj, o_proj, q_proj); unless the model builds "
             "this one layer without them (a layer of a kind of its own: Gemma's KV-shared "
-            "layers, one full-attention layer among sliding ones), vLLM loads a quantized "
-            "checkpoint without checking that every parameter was filled",
+            "layers, one full-attention layer among sliding ones), they are missing; "
+            f"{VLLM}: loads a quantized checkpoint without checking that every parameter was "
+            "filled (it checks an unquantized one only)",
         )
     ]
     assert report.verdict == "warnings"

@@ -121,9 +121,7 @@ def _experts(
         out.append(
             finding(
                 "experts-incomplete",
-                f"{layer}: {said}, and {'; '.join(parts)}; vLLM loads a quantized checkpoint "
-                "without checking that every parameter was filled, so what is missing computes "
-                "with memory never written",
+                f"{layer}: {said}, and {'; '.join(parts)}",
                 module=layer,
             )
         )
@@ -152,8 +150,7 @@ def _layers(placed: list[re.Match[str]], values: Mapping[str, object]) -> list[F
             finding(
                 "layers-incomplete",
                 f"{container}: {said}, and layer{'s' * plural} {_listed(absent, absent_count)} "
-                f"ship{'' if plural else 's'} no tensor; vLLM loads a quantized checkpoint "
-                "without checking that every parameter was filled",
+                f"ship{'' if plural else 's'} no tensor",
                 module=container,
             )
         )
@@ -199,8 +196,8 @@ def _projections(placed: list[re.Match[str]]) -> list[Finding]:
                     f"{where} ships no {gone}, which {_other_layers(held[fuller[0]], container)} "
                     f"beside the same modules ({', '.join(sorted(own))}); unless the model builds "
                     "this one layer without them (a layer of a kind of its own: Gemma's "
-                    "KV-shared layers, one full-attention layer among sliding ones), vLLM loads "
-                    "a quantized checkpoint without checking that every parameter was filled",
+                    "KV-shared layers, one full-attention layer among sliding ones), they are "
+                    "missing",
                     module=where,
                 )
             )

@@ -15,6 +15,7 @@ from ..sources.checkpoint import TensorEntry
 from .alike import Alike, group_alike
 from .bnb import bnb_4bit_shapes
 from .gptq import awq_shapes, gptq_shapes
+from .groups import partial_group
 from .mxfp4 import mxfp4_shapes, unquantized_experts
 from .spelling import COMPATIBLE, Spelling, spell
 
@@ -460,39 +461,29 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
     return out
 
 
-WHOLE_GROUPS: dict[tuple[str, str], str] = {
-    ("modelopt", "nvfp4"): "vLLM's ModelOpt NVFP4 linear raises 'Unsupported model when in "
-    "features size is not multiple of 16'",
-    ("compressed-tensors", "nvfp4"): "vLLM's compressed-tensors NVFP4 scheme allocates "
-    "in // 16 scales a row, one fewer than a partial group needs",
-    ("modelopt", "mxfp8"): "vLLM's ModelOpt MXFP8 linear raises on an input size that is not "
-    "a multiple of 32",
-    ("compressed-tensors", "int"): "vLLM's compressed-tensors WNA16 scheme raises 'Weight "
-    "input_size_per_partition=... is not divisible by group_size'",
-}
-"""Schemes whose engine layer takes whole groups only, and what it does with a partial one
-(vllm-project/vllm vllm/model_executor/layers/quantization/modelopt.py@v0.33.0 L2026-L2029 and
-L2335-L2339, compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py@v0.33.0 L73-L82,
-compressed_tensors/schemes/compressed_tensors_wNa16.py@v0.33.0 L168-L174)."""
+WHOLE_GROUPS = frozenset(
+    {
+        ("modelopt", "nvfp4"),
+        ("compressed-tensors", "nvfp4"),
+        ("modelopt", "mxfp8"),
+        ("compressed-tensors", "int"),
+    }
+)
+"""Schemes whose engine layers take whole groups only: each engine raises, or allocates
+``in // group`` scales (one group fewer than the producer writes); the engine profiles say
+which, per release (``load_errors`` of code ``operand-shape``)."""
 
 
 def _partial_group(
     info: ModuleInfo, scheme: Scheme, dims: tuple[int, int] | None
 ) -> Finding | None:
-    said = WHOLE_GROUPS.get((scheme.producer, scheme.family))
-    group = scheme.group_size
     packed = info.operands.get("weight_packed")
     if scheme.format == "pack-quantized" and packed is not None and packed.dtype == "I32":
         # int32 words along the input: as many inputs as the words hold, rounded up
         dims = (packed.shape[0], packed.shape[-1] * (32 // (scheme.weight_bits or 4)))
-    if said is None or dims is None or not group or group < 0 or dims[1] % group == 0:
+    if (scheme.producer, scheme.family) not in WHOLE_GROUPS or dims is None:
         return None
-    return finding(
-        "operand-shape",
-        f"{info.name} has in={dims[1]}, not a multiple of {scheme.name}'s group of {group}: {said}",
-        module=info.name,
-        tensor=f"{info.name}.weight_scale",
-    )
+    return partial_group(info.name, dims[1], scheme, f"{info.name}.weight_scale")
 
 
 OPTIONAL: dict[tuple[str, str], frozenset[str]] = {

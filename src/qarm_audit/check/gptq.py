@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..declarations import Scheme
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
+from .groups import partial_group
 
 
 def gptq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
@@ -71,23 +72,12 @@ def awq_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
 
 
 def _partial_group(info: ModuleInfo, scheme: Scheme, inner: int) -> list[Finding]:
-    """A layer whose input is no multiple of the group: vLLM 0.33 allocates ``in // group``
-    groups and takes whole groups only (vllm-project/vllm
-    vllm/model_executor/layers/quantization/auto_gptq.py@v0.33.0 L368-L373; Marlin refuses
-    such a layer, and AutoAWQ's fallback raises, auto_awq.py@v0.33.0 L819-L824), while the
-    producer writes the last, partial group as a whole one."""
-    group = scheme.group_size
-    if not group or group < 0 or inner % group == 0:
-        return []
-    return [
-        finding(
-            "operand-shape",
-            f"{info.name} has in={inner}, not a multiple of {scheme.name}'s group of {group}: "
-            "vLLM allocates in // group scale groups and its kernels take whole groups only",
-            module=info.name,
-            tensor=f"{info.name}.scales",
-        )
-    ]
+    """A layer whose input is no multiple of the group (vLLM 0.33 allocates ``in // group``
+    groups: vllm-project/vllm vllm/model_executor/layers/quantization/auto_gptq.py@v0.33.0
+    L368-L373; Marlin refuses such a layer, and AutoAWQ's fallback raises, auto_awq.py@v0.33.0
+    L819-L824)."""
+    found = partial_group(info.name, inner, scheme, f"{info.name}.scales")
+    return [found] if found is not None else []
 
 
 def _disagreeing(

@@ -263,7 +263,6 @@ def _audit(
     )
     findings.extend(arm_findings)
     findings.extend(layer_refusals(profile, declaration, modules, memberships))
-    findings = quote_load_errors(profile, declaration, modules, memberships, findings)
     moves = (
         routing_moves(profile, env, gpu, declaration, modules, memberships, spellings)
         if routing == "both"
@@ -273,6 +272,8 @@ def _audit(
     findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
     findings.extend(kv_scale_findings(declaration, modules))
     findings.extend(_input_scale_notes(declaration, alike))
+    # the engine's own words, for every finding it has them for (KV scales included)
+    findings = quote_load_errors(profile, declaration, modules, memberships, findings)
     probe: ProbeInfo | None = None
     if probe_scalars:
         probe, probe_findings = probe_values(checkpoint, modules)

@@ -619,6 +619,7 @@ def quote_load_errors(
         return list(findings)
     by_engine: dict[str, list[ModuleInfo]] = {}  # built on the first quote: most audits have none
     codes = {q.code for q in profile.load_errors}
+    quantized = declaration.method is not None  # the engine then takes a quant config
     out = []
     for f in findings:
         # The resolver names a shard disagreement about exclusion with the word "excluded"
@@ -638,6 +639,9 @@ def quote_load_errors(
         )
         unlisted = bool(members) and all(memberships[m.name].bucket == UNLISTED for m in members)
         cause = "exclude" if "excluded" in f.message else "unlisted" if unlisted else "scheme"
+        membership = memberships.get(f.module)
+        scheme = declaration.schemes.get(membership.bucket) if membership is not None else None
+        family = scheme.family if scheme is not None else ""
         quote = next(
             (
                 q
@@ -645,6 +649,9 @@ def quote_load_errors(
                 if q.code == f.code
                 and (q.producer is None or (declaration.method or "") in q.producer)
                 and (q.cause is None or q.cause == cause)
+                and (q.family is None or family in q.family)
+                and (q.says is None or q.says in f.message)
+                and (q.quantized is None or q.quantized == quantized)
             ),
             None,
         )

@@ -145,7 +145,10 @@ class LoadError(BaseModel):
 
     The text is appended to the finding's message. ``cause`` tells the two ways fused shards
     disagree apart: ``exclude`` (some shards excluded or ignored, others not) or ``scheme``
-    (shards declared different schemes).
+    (shards declared different schemes). ``family`` (the scheme family the finding's module is
+    declared) and ``says`` (words the finding's message holds) pick one kind of a code that
+    covers many, such as an ``operand-shape`` for a partial group; ``quantized``, whether the
+    checkpoint declares a quantization at all (engines check an unquantized model further).
     """
 
     model_config = frozen_config(extra="forbid")
@@ -153,6 +156,9 @@ class LoadError(BaseModel):
     code: str
     producer: list[str] | None = None
     cause: str | None = None
+    family: list[str] | None = None
+    says: str | None = None
+    quantized: bool | None = None
     text: str | None = None
     """The engine's error text. Placeholders: ``{module}``, ``{algos}``, ``{shards}``."""
     note: str | None = None
