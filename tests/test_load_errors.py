@@ -1,0 +1,93 @@
+"""The engine's words for a refusal qarm finds by itself are picked by the module's scheme
+family, by what the finding says and by whether a quantization is declared, and appended for
+the engine profile chosen, per release.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import H, fp8_modelopt, llama, modelopt_file, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.report.model import Report
+
+MODULE = "model.layers.0.mlp.down_proj"
+CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1}
+
+
+def _folder(root: Path, tensors: dict[str, Any], declaration: dict[str, Any] | None) -> Path:
+    documents: dict[str, Any] = {"config.json": CONFIG}
+    if declaration is not None:
+        documents["hf_quant_config.json"] = declaration
+    return write_checkpoint(root, {"model.safetensors": tensors}, documents)
+
+
+def _messages(report: Report, code: str) -> list[str]:
+    return [r.message for r in report.refusals if r.code == code]
+
+
+def test_a_partial_group_quotes_the_scheme_familys_error(tmp_path: Path) -> None:
+    nvfp4 = {
+        f"{MODULE}.weight": ("U8", (H, 12)),
+        f"{MODULE}.weight_scale": ("F8_E4M3", (H, 2)),  # in=24: one whole group and a partial
+        f"{MODULE}.weight_scale_2": ("F32", ()),
+    }
+    folder = _folder(tmp_path / "nv", nvfp4, modelopt_file("NVFP4"))
+    [message] = _messages(audit(str(folder)), "operand-shape")
+    assert message == (
+        f"{MODULE} has in=24, not a multiple of NVFP4's group of 16: the producer writes the "
+        'last group partial, as a whole one; vllm v0.33.0 raises at load: "Unsupported model '
+        'when in features size is not multiple of 16"'
+    )
+    mxfp8 = {
+        f"{MODULE}.weight": ("F8_E4M3", (H, 48)),
+        f"{MODULE}.weight_scale": ("U8", (H, 2)),  # in=48: one whole group of 32 and a partial
+    }
+    folder = _folder(tmp_path / "mx", mxfp8, modelopt_file("MXFP8"))
+    [message] = _messages(audit(str(folder)), "operand-shape")
+    assert message.endswith('raises at load: "MXFP8 requires input size divisible by 32, got <in>"')
+
+
+def test_another_shape_of_the_same_code_quotes_nothing(tmp_path: Path) -> None:
+    wrong = {
+        f"{MODULE}.weight": ("U8", (H, H // 2)),
+        f"{MODULE}.weight_scale": ("F8_E4M3", (H, 3)),  # in=64 writes 4 groups
+        f"{MODULE}.weight_scale_2": ("F32", ()),
+    }
+    folder = _folder(tmp_path / "nv", wrong, modelopt_file("NVFP4"))
+    [message] = _messages(audit(str(folder)), "operand-shape")
+    assert "vllm v0.33.0" not in message
+
+
+def test_a_missing_layer_is_a_load_error_only_where_nothing_is_quantized(tmp_path: Path) -> None:
+    """vLLM checks every parameter was filled for an unquantized model, and for no other."""
+    quantized = {k: v for k, v in llama(2, fp8_modelopt).items() if ".layers.1." not in k}
+    folder = write_checkpoint(
+        tmp_path / "q",
+        {"model.safetensors": quantized},
+        {"config.json": {**CONFIG, "num_hidden_layers": 2}, "hf_quant_config.json": FP8},
+    )
+    [message] = _messages(audit(str(folder)), "layers-incomplete")
+    assert message.endswith(
+        "; vllm v0.33.0: loads a quantized checkpoint without checking that every parameter "
+        "was filled (it checks an unquantized one only), so what is missing computes with "
+        "memory never written"
+    )
+    plain = {k: v for k, v in llama(2).items() if ".layers.1." not in k}
+    folder = write_checkpoint(
+        tmp_path / "p",
+        {"model.safetensors": plain},
+        {"config.json": {**CONFIG, "num_hidden_layers": 2}},
+    )
+    [message] = _messages(audit(str(folder)), "layers-incomplete")
+    assert message.endswith(
+        '; vllm v0.33.0 raises at load: "Following weights were not initialized from '
+        'checkpoint: {<the parameters not shipped>}"'
+    )
+    # an older release, its own citation
+    [message] = _messages(audit(str(folder), engine="vllm==0.30.0"), "layers-incomplete")
+    assert "; vllm v0.30.0 raises at load:" in message
+
+
+FP8 = modelopt_file("FP8", excludes=["lm_head"])
