@@ -49,6 +49,28 @@ def test_a_partial_group_quotes_the_scheme_familys_error(tmp_path: Path) -> None
     assert message.endswith('raises at load: "MXFP8 requires input size divisible by 32, got <in>"')
 
 
+def test_sglang_quotes_its_own_words_and_none_it_has_not(tmp_path: Path) -> None:
+    nvfp4 = {
+        f"{MODULE}.weight": ("U8", (H, 12)),
+        f"{MODULE}.weight_scale": ("F8_E4M3", (H, 2)),
+        f"{MODULE}.weight_scale_2": ("F32", ()),
+    }
+    folder = _folder(tmp_path / "nv", nvfp4, modelopt_file("NVFP4"))
+    [message] = _messages(audit(str(folder), engine="sglang"), "operand-shape")
+    assert message.endswith(
+        '; sglang v0.5.23 raises at load: "Unsupported model when in features size is not '
+        'multiple of 16"'
+    )
+    # MXFP8 runs on sm100 only, where SGLang builds the layer: no words are put in its mouth
+    mxfp8 = {
+        f"{MODULE}.weight": ("F8_E4M3", (H, 48)),
+        f"{MODULE}.weight_scale": ("U8", (H, 2)),
+    }
+    folder = _folder(tmp_path / "mx", mxfp8, modelopt_file("MXFP8"))
+    [message] = _messages(audit(str(folder), engine="sglang"), "operand-shape")
+    assert message.endswith("the producer writes the last group partial, as a whole one")
+
+
 def test_another_shape_of_the_same_code_quotes_nothing(tmp_path: Path) -> None:
     wrong = {
         f"{MODULE}.weight": ("U8", (H, H // 2)),
