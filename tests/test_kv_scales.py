@@ -21,14 +21,16 @@ from qarm_audit.report.model import Report
 ATTENTION = [f"model.layers.{n}.self_attn" for n in range(2)]
 
 
-def modelopt(root: Path, scales: dict[str, Any]) -> Report:
+def modelopt(root: Path, scales: dict[str, Any], engine: str = "vllm") -> Report:
     """ModelOpt FP8 with an FP8 KV cache; ``scales`` as ModelOpt writes them, on k_proj/v_proj."""
     tensors = {**llama(2, fp8_modelopt), **scales}
     documents = {
         "config.json": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
         "hf_quant_config.json": modelopt_file("FP8", excludes=["lm_head"], kv="FP8"),
     }
-    return audit(str(write_checkpoint(root, {"model.safetensors": tensors}, documents)))
+    return audit(
+        str(write_checkpoint(root, {"model.safetensors": tensors}, documents)), engine=engine
+    )
 
 
 def both(shape: tuple[int, ...] = ()) -> dict[str, Any]:
@@ -89,6 +91,17 @@ def test_a_v_scale_without_its_k_scale_fails_the_load(tmp_path: Path) -> None:
     scales = {k: v for k, v in both().items() if not k.startswith(f"{ATTENTION[1]}.k_proj")}
     report = modelopt(tmp_path / "c", scales)
     assert [(r.code, r.module) for r in report.refusals] == [("kv-k-scale-missing", ATTENTION[1])]
+    assert report.refusals[0].message.endswith(
+        "; vllm v0.33.0: its KV-cache method asserts k_scale > 0 when one of the two scales was "
+        "loaded (an AssertionError), and the load fails"
+    )
+    # SGLang keeps the same assert (sgl-project/sglang python/sglang/srt/layers/quantization/
+    # kv_cache.py@v0.5.23 L59-74)
+    [refusal] = modelopt(tmp_path / "s", scales, engine="sglang").refusals
+    assert refusal.message.endswith(
+        "; sglang v0.5.23: its KV-cache method asserts k_scale > 0 when one of the two scales "
+        "was loaded (an AssertionError), and the load fails"
+    )
 
 
 def test_a_v_scale_without_its_k_scale_under_compressed_tensors_is_filled_in(

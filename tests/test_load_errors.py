@@ -69,6 +69,18 @@ def test_sglang_quotes_its_own_words_and_none_it_has_not(tmp_path: Path) -> None
     folder = _folder(tmp_path / "mx", mxfp8, modelopt_file("MXFP8"))
     [message] = _messages(audit(str(folder), engine="sglang"), "operand-shape")
     assert message.endswith("the producer writes the last group partial, as a whole one")
+    # a missing layer: SGLang's loader checks no coverage, quantized or not
+    plain = {k: v for k, v in llama(2).items() if ".layers.1." not in k}
+    folder = write_checkpoint(
+        tmp_path / "p",
+        {"model.safetensors": plain},
+        {"config.json": {**CONFIG, "num_hidden_layers": 2}},
+    )
+    [message] = _messages(audit(str(folder), engine="sglang==0.5.22"), "layers-incomplete")
+    assert message.endswith(
+        "; sglang v0.5.22: its default loader checks no parameter coverage, quantized or not, "
+        "so what is missing computes with memory never written"
+    )
 
 
 def test_another_shape_of_the_same_code_quotes_nothing(tmp_path: Path) -> None:
