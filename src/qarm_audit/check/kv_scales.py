@@ -6,12 +6,14 @@ vLLM 0.33 (vllm-project/vllm vllm/model_executor/layers/quantization/kv_cache.py
 ``k_scale`` gets it for ``v`` too, and one with only ``v_scale`` fails ``assert layer.k_scale >
 0.0`` (L117-L141). compressed-tensors allocates one scale per KV head under ``strategy:
 attn_head`` and a scalar otherwise, and keeps 1.0 where none is loaded
-(quantization/compressed_tensors/compressed_tensors.py@v0.33.0 L1157-L1268).
+(quantization/compressed_tensors/compressed_tensors.py@v0.33.0 L1157-L1268). SGLang 0.5.22 and
+0.5.23 keep BaseKVCacheMethod's rules for compressed-tensors too: which families fill in is the
+engine profile's ``kv_scales_filled_in``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from math import prod
 
 from ..declarations import Declaration
@@ -25,9 +27,13 @@ PROJECTIONS = (".k_proj", ".v_proj")
 projection's parent, as vLLM's ``maybe_remap_kv_scale_name`` maps it."""
 
 
-def kv_scale_findings(declaration: Declaration, modules: Mapping[str, ModuleInfo]) -> list[Finding]:
+def kv_scale_findings(
+    declaration: Declaration, modules: Mapping[str, ModuleInfo], filled_in: Collection[str]
+) -> list[Finding]:
     """Refusals for a KV scale the engine cannot load, warnings for one it fills in itself;
-    only where a quantized KV cache is declared (else the scales are not read)."""
+    only where a quantized KV cache is declared (else the scales are not read). ``filled_in``:
+    the declaration families whose KV-cache method keeps 1.0 for a scale not shipped (the
+    engine profile's ``kv_scales_filled_in``)."""
     kv = declaration.kv
     if kv is None:
         return []
@@ -44,7 +50,7 @@ def kv_scale_findings(declaration: Declaration, modules: Mapping[str, ModuleInfo
     if not attentions:
         return []  # none shipped: kv-scales-missing says so
     per_head = kv.strategy == "attn_head"
-    base = declaration.family != "compressed-tensors"  # vLLM's BaseKVCacheMethod rules
+    base = declaration.family not in filled_in  # BaseKVCacheMethod's rules
     out = [
         _shape(attention, entry, kv.algo)
         for attention, held in sorted(attentions.items())

@@ -270,7 +270,7 @@ def _audit(
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
     findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
-    findings.extend(kv_scale_findings(declaration, modules))
+    findings.extend(kv_scale_findings(declaration, modules, profile.kv_scales_filled_in))
     findings.extend(_input_scale_notes(declaration, alike))
     # the engine's own words, for every finding it has them for (KV scales included)
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)

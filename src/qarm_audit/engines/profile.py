@@ -243,6 +243,10 @@ class Profile(BaseModel):
     load_errors: list[LoadError] = Field(default_factory=list)
     declaration_errors: list[DeclarationError] = Field(default_factory=list)
     layer_errors: list[LayerError] = Field(default_factory=list)
+    kv_scales_filled_in: list[str] = Field(default_factory=list)
+    """Declaration families whose KV-cache method keeps 1.0 for any scale not shipped; the
+    others keep ``BaseKVCacheMethod``'s rules (``v`` takes a lone ``k_scale``, a lone
+    ``v_scale`` fails an assert)."""
 
     @model_validator(mode="after")
     def _rules_name_known_settings(self) -> Profile:
