@@ -90,6 +90,29 @@ def test_compressed_tensors_scales_per_head_only_under_attn_head(
     assert codes(compressed_tensors(tmp_path / "c", scales, strategy)) == expected
 
 
+def test_sglang_ignores_a_compressed_tensors_kv_cache_other_than_static_per_tensor_fp8(
+    tmp_path: Path,
+) -> None:
+    """sgl-project/sglang python/sglang/srt/layers/quantization/compressed_tensors/
+    compressed_tensors.py@v0.5.23 L219-223, L1276-1285: any other kv_cache_scheme is ignored."""
+    per_head = {f"{a}.{s}": ("F32", (8,)) for a in ATTENTION for s in ("k_scale", "v_scale")}
+    del per_head[f"{ATTENTION[1]}.k_scale"]  # a lone v_scale, which SGLang would assert on
+    report = compressed_tensors(tmp_path / "h", per_head, "attn_head", engine="sglang")
+    assert codes(report) == ["kv-cache-ignored"]  # the scales unread: none missing to it
+    [warning] = [w for w in report.warnings if w.code == "kv-cache-ignored"]
+    assert warning.message.startswith(
+        "config.json: quantization_config declares a KV cache of FP8, strategy "
+        "attn_head, symmetric, static; sglang v0.5.23 takes a compressed-tensors "
+        "kv_cache_scheme only as static symmetric per-tensor FP8"
+    )
+    per_tensor = {f"{a}.{s}": ("F32", ()) for a in ATTENTION for s in ("k_scale", "v_scale")}
+    report = compressed_tensors(tmp_path / "t", per_tensor, "tensor", engine="sglang")
+    assert [w.code for w in report.warnings if w.code == "kv-cache-ignored"] == []
+    # vLLM takes the per-head form
+    report = compressed_tensors(tmp_path / "v", per_head, "attn_head")
+    assert [w.code for w in report.warnings if w.code == "kv-cache-ignored"] == []
+
+
 def test_a_v_scale_without_its_k_scale_fails_the_load(tmp_path: Path) -> None:
     scales = {k: v for k, v in both().items() if not k.startswith(f"{ATTENTION[1]}.k_proj")}
     report = modelopt(tmp_path / "c", scales)

@@ -193,11 +193,15 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "kv-k-scale-missing": (
         Severity.REFUSAL,
-        "an attention layer ships a v_scale and no k_scale; vLLM's KV-cache method asserts",
+        "an attention layer ships a v_scale and no k_scale; the engine's KV-cache method asserts",
     ),
     "kv-scales-partial": (
         Severity.WARNING,
         "some attention layers ship no KV scale, or only one of k and v; the engine fills in",
+    ),
+    "kv-cache-ignored": (
+        Severity.WARNING,
+        "the engine ignores the declared KV-cache quantization: its KV cache is the model's dtype",
     ),
     "kv-scales-undeclared": (
         Severity.INFO,

@@ -21,7 +21,7 @@ from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.profile import ROUTINGS, Profile, resolve_env
-from ..engines.refusals import declaration_refusals, layer_refusals
+from ..engines.refusals import declaration_refusals, kv_cache_ignored, layer_refusals
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
 from ..layers import LayerTree, build_tree, layer_facts, read_model_config, tree_findings
@@ -269,8 +269,11 @@ def _audit(
         else None
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
-    findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
-    findings.extend(kv_scale_findings(declaration, modules, profile.kv_scales_filled_in))
+    ignored = kv_cache_ignored(profile, declaration)
+    findings.extend(ignored)
+    if not ignored:  # else the engine reads no KV scale: none is missing or misshapen to it
+        findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
+        findings.extend(kv_scale_findings(declaration, modules, profile.kv_scales_filled_in))
     findings.extend(_input_scale_notes(declaration, alike))
     # the engine's own words, for every finding it has them for (KV scales included)
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)

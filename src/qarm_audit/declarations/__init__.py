@@ -62,6 +62,10 @@ class KvDeclaration:
     strategy: str | None = None
     """compressed-tensors' ``kv_cache_scheme`` strategy (``tensor``, ``attn_head``); None for
     a format that states none."""
+    symmetric: bool = True
+    dynamic: bool = False
+    """compressed-tensors' ``kv_cache_scheme`` ``symmetric`` and ``dynamic`` (any value but
+    ``false``, ``"local"`` included, is dynamic)."""
 
 
 @dataclass(frozen=True)
@@ -349,7 +353,9 @@ def _ct_kv(args: ct.QuantArgs | None, where: str) -> KvDeclaration | None:
     label = {("float", 8): "FP8", ("int", 8): "INT8", ("float", 4): "NVFP4"}.get(
         (args.type, args.num_bits), f"{args.type}{args.num_bits}"
     )
-    return KvDeclaration(label, where, args.resolved_strategy)
+    return KvDeclaration(
+        label, where, args.resolved_strategy, args.symmetric, args.dynamic is not False
+    )
 
 
 def _sparsity_targets(config: dict[str, Any] | None) -> tuple[str, ...]:

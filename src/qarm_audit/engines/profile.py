@@ -205,6 +205,23 @@ class DeclarationError(BaseModel):
     source: Source = None
 
 
+class KvTaken(BaseModel):
+    """The only KV-cache declarations of a producer the engine takes: it ignores any other
+    (``kv-cache-ignored``), and its KV cache is then the model's dtype with the shipped scales
+    unused."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    algo: list[str]
+    strategy: list[str]
+    symmetric: bool = True
+    dynamic: bool = False
+    note: str
+    """What the engine does with any other, in its own terms."""
+    source: Source = None
+
+
 class LayerError(BaseModel):
     """The engine refuses at load a layer of this kind declared with a scheme it does not
     take there (vLLM: a compressed-tensors embedding that is not weight-only INT): ``no-arm``
@@ -243,6 +260,7 @@ class Profile(BaseModel):
     load_errors: list[LoadError] = Field(default_factory=list)
     declaration_errors: list[DeclarationError] = Field(default_factory=list)
     layer_errors: list[LayerError] = Field(default_factory=list)
+    kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_scales_filled_in: list[str] = Field(default_factory=list)
     """Declaration families whose KV-cache method keeps 1.0 for any scale not shipped; the
     others keep ``BaseKVCacheMethod``'s rules (``v`` takes a lone ``k_scale``, a lone
@@ -333,7 +351,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
             ).strip()
         return entry
 
-    listed = ("rules", "load_errors", "declaration_errors", "layer_errors")
+    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken")
     out = {k: v for k, v in data.items() if k not in listed}
     # a setting whose values differ per release takes them from the release's facts
     out["env"] = {
@@ -348,7 +366,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     out["commit"] = commit
     out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
     out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
-    for key in ("declaration_errors", "layer_errors"):
+    for key in ("declaration_errors", "layer_errors", "kv_taken"):
         out[key] = [d for d in map(item, data.get(key, [])) if d is not None]
     return out
 

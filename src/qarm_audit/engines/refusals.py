@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..declarations import Declaration, Scheme
+from ..declarations import Declaration, KvDeclaration, Scheme
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from ..resolve.resolver import Membership
-from .profile import DeclarationError, LayerError, Profile
+from .profile import DeclarationError, KvTaken, LayerError, Profile
 
 
 def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
@@ -129,3 +129,34 @@ def layer_refusals(
                 )
             )
     return out
+
+
+def kv_cache_ignored(profile: Profile, declaration: Declaration) -> list[Finding]:
+    """``kv-cache-ignored`` where the profile says the engine takes a producer's KV-cache
+    declaration only in some forms and the declared one is not among them."""
+    kv = declaration.kv
+    if kv is None:
+        return []
+    for taken in profile.kv_taken:
+        if (declaration.method or "") not in taken.producer or _kv_taken(taken, kv):
+            continue
+        cite = f" ({taken.source})" if taken.source else ""
+        said = f"{kv.algo}, strategy {kv.strategy or 'unstated'}"
+        said += ", symmetric" if kv.symmetric else ", asymmetric"
+        said += ", dynamic" if kv.dynamic else ", static"
+        return [
+            finding(
+                "kv-cache-ignored",
+                f"{kv.where} declares a KV cache of {said}; {profile.label} {taken.note}{cite}",
+            )
+        ]
+    return []
+
+
+def _kv_taken(taken: KvTaken, kv: KvDeclaration) -> bool:
+    return (
+        kv.algo in taken.algo
+        and (kv.strategy or "") in taken.strategy
+        and kv.symmetric == taken.symmetric
+        and kv.dynamic == taken.dynamic
+    )
