@@ -179,6 +179,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         "a compressed-tensors target or ModelOpt layer entry matches no module",
     ),
     # KV cache
+    "bias-not-configured": (
+        Severity.WARNING,
+        "decoder projections ship a bias where config.json's attention_bias or mlp_bias is false",
+    ),
     "layer-modules-differ": (
         Severity.WARNING,
         "one layer lacks modules that other layers of its kind ship beside the same modules",

@@ -11,6 +11,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..check.alike import Alike, group_alike
+from ..check.biases import unbuilt_bias_warnings
 from ..check.blocks import block_refusals
 from ..check.completeness import completeness_refusals
 from ..check.crosscheck import check_all, uncontracted
@@ -216,6 +217,7 @@ def _audit(
     tree = build_tree(modules, model_config, layer_facts(profile))
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))
+    findings.extend(unbuilt_bias_warnings(modules, model_config))
     resolution = resolve(declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
