@@ -1,6 +1,6 @@
-"""What the engine refuses outside the arm line: a declaration as a whole, before it builds any
-layer, and a layer of a kind the arm line does not cover (an embedding) declared with a scheme
-the engine does not take there."""
+"""What the engine refuses or ignores outside the arm line: a declaration as a whole, before it
+builds any layer; a layer of a kind the arm line does not cover (an embedding) declared with a
+scheme the engine does not take there; a KV-cache declaration in a form it does not build."""
 
 from __future__ import annotations
 
