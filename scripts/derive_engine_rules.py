@@ -301,7 +301,7 @@ def _anchors(engine: str) -> list[tuple[str, str]]:
     engine's profile."""
     data = tomllib.loads((PROFILES_DIR / f"{engine}.toml").read_text("utf-8"))
     out = []
-    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken")
+    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken", "kv_errors")
     for item in [entry for key in listed for entry in data.get(key, [])]:
         source = item.get("source")
         if not source:

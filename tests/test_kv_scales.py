@@ -54,7 +54,12 @@ def compressed_tensors(
             "group_0": {"targets": ["Linear"], "weights": weights, "format": "float-quantized"}
         },
         "ignore": ["lm_head"],
-        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": strategy},
+        "kv_cache_scheme": {
+            "num_bits": 8,
+            "type": "float",
+            "strategy": strategy,
+            "symmetric": True,
+        },
     }
     tensors = {**llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False)), **scales}
     config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}

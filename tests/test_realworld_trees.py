@@ -166,6 +166,9 @@ REFUSED_BY_VLLM = {
     # nn.Linear); vLLM builds it as a ParallelLMHead, which no class target "Linear" reaches, and
     # has no parameter for lm_head.weight_packed.
     "ct-example-int4-w4a16": "unquantized-ships-quantized",
+    # Its kv_cache_scheme writes no "symmetric": vLLM's compressed-tensors KV-cache method
+    # reads the key as written and raises "Only support symmetric scaling factor".
+    "llmc-tinyllama-fp8-kv-legacy-compression-config": "engine-refuses-declaration",
 }
 
 

@@ -22,7 +22,12 @@ from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.profile import ROUTINGS, Profile, resolve_env
-from ..engines.refusals import declaration_refusals, kv_cache_ignored, layer_refusals
+from ..engines.refusals import (
+    declaration_refusals,
+    kv_cache_ignored,
+    kv_cache_refusals,
+    layer_refusals,
+)
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
 from ..layers import LayerTree, build_tree, layer_facts, read_model_config, tree_findings
@@ -214,7 +219,9 @@ def _audit(
     if modules is None:
         modules = build_inventory(tensors)
     model_config = read_model_config(checkpoint.documents)
-    tree = build_tree(modules, model_config, layer_facts(profile))
+    facts = layer_facts(profile)
+    tree = build_tree(modules, model_config, facts)
+    findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))
     findings.extend(unbuilt_bias_warnings(modules, model_config))

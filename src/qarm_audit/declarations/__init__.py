@@ -66,6 +66,10 @@ class KvDeclaration:
     dynamic: bool = False
     """compressed-tensors' ``kv_cache_scheme`` ``symmetric`` and ``dynamic`` (any value but
     ``false``, ``"local"`` included, is dynamic)."""
+    written: tuple[tuple[str, Any], ...] = ()
+    """compressed-tensors' ``kv_cache_scheme`` keys an engine reads, with their JSON values as
+    written (None for a key not written): vLLM checks the raw mapping, without the defaults
+    a parser fills in."""
 
 
 @dataclass(frozen=True)
@@ -347,15 +351,20 @@ def _modelopt_declaration(
     )
 
 
-def _ct_kv(args: ct.QuantArgs | None, where: str) -> KvDeclaration | None:
+def _ct_kv(args: ct.QuantArgs | None, raw: dict[str, Any], where: str) -> KvDeclaration | None:
+    """``raw``: the ``kv_cache_scheme`` mapping as written, ``args`` as parsed from it."""
     if args is None:
         return None
     label = {("float", 8): "FP8", ("int", 8): "INT8", ("float", 4): "NVFP4"}.get(
         (args.type, args.num_bits), f"{args.type}{args.num_bits}"
     )
+    written = tuple((key, raw.get(key)) for key in KV_KEYS_READ)
     return KvDeclaration(
-        label, where, args.resolved_strategy, args.symmetric, args.dynamic is not False
+        label, where, args.resolved_strategy, args.symmetric, args.dynamic is not False, written
     )
+
+
+KV_KEYS_READ = ("num_bits", "type", "strategy", "symmetric")
 
 
 def _sparsity_targets(config: dict[str, Any] | None) -> tuple[str, ...]:
@@ -372,7 +381,8 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         ct.CompressedTensorsConfig, candidate.block, candidate.where
     )
     notes = _unknown_keys(parsed, candidate.where)
-    kv = _ct_kv(parsed.kv_cache_scheme, candidate.where)
+    raw_kv = candidate.block.get("kv_cache_scheme")
+    kv = _ct_kv(parsed.kv_cache_scheme, raw_kv if isinstance(raw_kv, dict) else {}, candidate.where)
     sparsity_targets = _sparsity_targets(parsed.sparsity_config)
     if not parsed.config_groups:
         reason = (

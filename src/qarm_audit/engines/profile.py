@@ -222,6 +222,31 @@ class KvTaken(BaseModel):
     source: Source = None
 
 
+class KvError(BaseModel):
+    """A check the engine makes of a producer's KV-cache declaration as it builds each
+    attention layer of ``layer_class``, raising where it fails: ``engine-refuses-declaration``.
+    The checks run in the profile's order, and the first that fails is the error raised."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    reads: Literal["type_bits", "strategy", "symmetric"]
+    """What the check reads of the declaration as written (a key not written is null):
+    ``[type, num_bits]``, ``strategy``, or whether ``symmetric`` is true as Python tests a
+    value (``if not is_symmetric``)."""
+    accepts: list[Any]
+    """The values it passes, compared as Python compares them (``8.0 == 8``)."""
+    text: str
+    """The engine's error text, a :meth:`str.format` template over ``num_bits``, ``type``,
+    ``strategy``, ``symmetric`` (as written, None where not) and ``strategy_enum``
+    (``QuantizationStrategy.GROUP``, as the engine prints the strategy it parsed)."""
+    layer_class: str = "Attention"
+    """The engine runs the check only for a layer of this class or a subclass of it (vLLM's
+    MLA attention is not one, and takes any KV-cache declaration)."""
+    stage: str = "as it builds the first attention layer"
+    source: Source = None
+
+
 class LayerError(BaseModel):
     """The engine refuses at load a layer of this kind declared with a scheme it does not
     take there (vLLM: a compressed-tensors embedding that is not weight-only INT): ``no-arm``
@@ -261,6 +286,7 @@ class Profile(BaseModel):
     declaration_errors: list[DeclarationError] = Field(default_factory=list)
     layer_errors: list[LayerError] = Field(default_factory=list)
     kv_taken: list[KvTaken] = Field(default_factory=list)
+    kv_errors: list[KvError] = Field(default_factory=list)
     kv_scales_filled_in: list[str] = Field(default_factory=list)
     """Declaration families whose KV-cache method keeps 1.0 for any scale not shipped; the
     others keep ``BaseKVCacheMethod``'s rules (``v`` takes a lone ``k_scale``, a lone
@@ -351,7 +377,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
             ).strip()
         return entry
 
-    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken")
+    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken", "kv_errors")
     out = {k: v for k, v in data.items() if k not in listed}
     # a setting whose values differ per release takes them from the release's facts
     out["env"] = {
@@ -366,7 +392,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     out["commit"] = commit
     out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
     out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
-    for key in ("declaration_errors", "layer_errors", "kv_taken"):
+    for key in ("declaration_errors", "layer_errors", "kv_taken", "kv_errors"):
         out[key] = [d for d in map(item, data.get(key, [])) if d is not None]
     return out
 

@@ -134,6 +134,10 @@ class EngineFacts:
 
     def is_linear(self, cls: str) -> bool:
         """A ``LinearBase`` subclass (what a quant config's linear method applies to)."""
+        return self.is_subclass(cls, "LinearBase")
+
+    def is_subclass(self, cls: str, base: str) -> bool:
+        """``cls`` is ``base`` or derives from it, as far as the facts know its bases."""
         seen: set[str] = set()
         todo = [cls]
         while todo:
@@ -141,7 +145,7 @@ class EngineFacts:
             if name in seen:
                 continue
             seen.add(name)
-            if name == "LinearBase":
+            if name == base:
                 return True
             todo.extend(self.classes.get(name, ()))
         return False
