@@ -42,7 +42,11 @@ def both(shape: tuple[int, ...] = ()) -> dict[str, Any]:
 
 
 def compressed_tensors(
-    root: Path, scales: dict[str, Any], strategy: str, engine: str = "vllm"
+    root: Path,
+    scales: dict[str, Any],
+    strategy: str,
+    engine: str = "vllm",
+    kv_heads: int | None = None,
 ) -> Report:
     """compressed-tensors FP8 weights and an FP8 KV cache of ``strategy``; the scales on the
     attention module, as llm-compressor writes them."""
@@ -62,7 +66,9 @@ def compressed_tensors(
         },
     }
     tensors = {**llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False)), **scales}
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    config: dict[str, Any] = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    if kv_heads is not None:
+        config["num_key_value_heads"] = kv_heads
     documents = {"config.json": {**config, "quantization_config": block}}
     folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
     return audit(str(folder), engine=engine)
@@ -93,6 +99,34 @@ def test_compressed_tensors_scales_per_head_only_under_attn_head(
 ) -> None:
     scales = {f"{a}.{s}": ("F32", (8,)) for a in ATTENTION for s in ("k_scale", "v_scale")}
     assert codes(compressed_tensors(tmp_path / "c", scales, strategy)) == expected
+
+
+@pytest.mark.parametrize(
+    ("shape", "refused"),
+    [
+        ((8, 1, 1), False),  # as llm-compressor writes it: flattened by the loader
+        ((8,), False),
+        ((), False),  # one scale, broadcast to every head
+        ((1, 1, 1), False),
+        ((4, 1, 1), True),  # fewer than the heads: the copy fails
+        ((16,), True),  # more: the first 8 are taken, the rest cut without a word
+    ],
+)
+def test_per_head_scales_are_one_per_kv_head_of_the_config(
+    tmp_path: Path, shape: tuple[int, ...], refused: bool
+) -> None:
+    scales = {f"{a}.{s}": ("F32", shape) for a in ATTENTION for s in ("k_scale", "v_scale")}
+    report = compressed_tensors(tmp_path / "c", scales, "attn_head", kv_heads=8)
+    assert codes(report) == (["kv-scale-shape"] * 4 if refused else [])
+    if refused:
+        assert report.refusals[0].message == (
+            f"{ATTENTION[0]}.k_scale has shape {list(shape)}; under compressed-tensors' "
+            "strategy attn_head the engine allocates one scale per KV head (config.json: 8) "
+            "and copies the flattened scale's first 8: fewer fail the load, more are cut "
+            "without a word"
+        )
+    # a config that states no head count: any shape is flattened and taken
+    assert codes(compressed_tensors(tmp_path / "n", scales, "attn_head")) == []
 
 
 def test_sglang_ignores_a_compressed_tensors_kv_cache_other_than_static_per_tensor_fp8(

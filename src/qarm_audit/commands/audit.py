@@ -15,7 +15,7 @@ from ..check.biases import unbuilt_bias_warnings
 from ..check.blocks import block_refusals
 from ..check.completeness import completeness_refusals
 from ..check.crosscheck import check_all, uncontracted
-from ..check.kv_scales import kv_scale_findings
+from ..check.kv_scales import kv_heads_of, kv_scale_findings
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
@@ -282,7 +282,10 @@ def _audit(
     findings.extend(ignored)
     if not ignored:  # else the engine reads no KV scale: none is missing or misshapen to it
         findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
-        findings.extend(kv_scale_findings(declaration, modules, profile.kv_scales_filled_in))
+        kv_heads = kv_heads_of(dict(model_config.values))
+        findings.extend(
+            kv_scale_findings(declaration, modules, profile.kv_scales_filled_in, kv_heads)
+        )
     findings.extend(_input_scale_notes(declaration, alike))
     # the engine's own words, for every finding it has them for (KV scales included)
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)
