@@ -89,6 +89,18 @@ def test_a_scale_per_head_where_the_engine_allocates_one(tmp_path: Path) -> None
     first = report.refusals[0]
     assert (first.module, first.tensor) == (ATTENTION[0], f"{ATTENTION[0]}.k_proj.k_scale")
     assert first.message.startswith(f"{ATTENTION[0]}.k_proj.k_scale has shape [8]; for a FP8 KV")
+    # in the engine's words: BaseKVCacheMethod's KVCacheScaleParameter (vllm-project/vllm
+    # vllm/model_executor/layers/quantization/kv_cache.py@v0.33.0 L35-41)
+    assert first.message.endswith(
+        'vllm v0.33.0 raises at load: "KV-cache scale expects a scalar weight, got shape (8,)"'
+    ), first.message
+    # SGLang's scalar parameters have no loader of their own: default_weight_loader's assert
+    # (sgl-project/sglang python/sglang/srt/model_loader/weight_utils.py@v0.5.23)
+    first = modelopt(tmp_path / "s", both((8,)), engine="sglang").refusals[0]
+    assert 'raises at load: "Attempted to load weight (torch.Size([8])) into parameter ' in (
+        first.message
+    )
+    assert "(torch.Size([]))" in first.message
 
 
 @pytest.mark.parametrize(
@@ -98,7 +110,13 @@ def test_compressed_tensors_scales_per_head_only_under_attn_head(
     tmp_path: Path, strategy: str, expected: list[str]
 ) -> None:
     scales = {f"{a}.{s}": ("F32", (8,)) for a in ATTENTION for s in ("k_scale", "v_scale")}
-    assert codes(compressed_tensors(tmp_path / "c", scales, strategy)) == expected
+    report = compressed_tensors(tmp_path / "c", scales, strategy)
+    assert codes(report) == expected
+    if expected:  # compressed-tensors' own scalar parameter, loaded by default_weight_loader
+        assert report.refusals[0].message.endswith(
+            'raises at load: "Attempted to load weight (torch.Size([8])) into parameter '
+            '(torch.Size([1]))"'
+        ), report.refusals[0].message
 
 
 @pytest.mark.parametrize(
@@ -119,11 +137,11 @@ def test_per_head_scales_are_one_per_kv_head_of_the_config(
     report = compressed_tensors(tmp_path / "c", scales, "attn_head", kv_heads=8)
     assert codes(report) == (["kv-scale-shape"] * 4 if refused else [])
     if refused:
-        assert report.refusals[0].message == (
+        assert report.refusals[0].message.startswith(
             f"{ATTENTION[0]}.k_scale has shape {list(shape)}; under compressed-tensors' "
             "strategy attn_head the engine allocates one scale per KV head (config.json: 8) "
             "and copies the flattened scale's first 8: fewer fail the load, more are cut "
-            "without a word"
+            "without a word; vllm v0.33.0: its per-head loader flattens the scale"
         )
     # a config that states no head count: any shape is flattened and taken
     assert codes(compressed_tensors(tmp_path / "n", scales, "attn_head")) == []

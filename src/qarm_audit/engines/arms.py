@@ -663,6 +663,7 @@ def quote_load_errors(
             "{module}": f.module,
             "{algos}": "{" + ", ".join(repr(a) for a in algos) + "}",
             "{shards}": repr(list(FUSED_SHARDS.get(leaf, ()))),
+            **_shape_values(f.tensor, modules),
         }
         extra = ""
         if quote.text:
@@ -677,3 +678,15 @@ def quote_load_errors(
             extra += f"; {profile.label}: {note}"
         out.append(finding(f.code, f.message + extra, module=f.module, tensor=f.tensor))
     return out
+
+
+def _shape_values(tensor: str, modules: Mapping[str, ModuleInfo]) -> dict[str, str]:
+    """``{shape}`` (``(8,)``) and ``{torch_size}`` (``torch.Size([8])``) of the finding's
+    tensor, as the engine prints them; none where the finding names no shipped tensor."""
+    module, _, operand = tensor.rpartition(".")
+    info = modules.get(module)
+    entry = info.operands.get(operand) if info is not None else None
+    if entry is None:
+        return {}
+    shape = tuple(entry.shape)
+    return {"{shape}": repr(shape), "{torch_size}": f"torch.Size({list(shape)})"}

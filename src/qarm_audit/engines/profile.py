@@ -160,7 +160,8 @@ class LoadError(BaseModel):
     says: str | None = None
     quantized: bool | None = None
     text: str | None = None
-    """The engine's error text. Placeholders: ``{module}``, ``{algos}``, ``{shards}``."""
+    """The engine's error text. Placeholders: ``{module}``, ``{algos}``, ``{shards}``, and
+    the finding's tensor's ``{shape}`` (``(8,)``) and ``{torch_size}`` (``torch.Size([8])``)."""
     note: str | None = None
     """What the engine does instead, when it raises nothing."""
     source: Source = None
