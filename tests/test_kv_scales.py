@@ -21,12 +21,12 @@ from qarm_audit.report.model import Report
 ATTENTION = [f"model.layers.{n}.self_attn" for n in range(2)]
 
 
-def modelopt(root: Path, scales: dict[str, Any], engine: str = "vllm") -> Report:
-    """ModelOpt FP8 with an FP8 KV cache; ``scales`` as ModelOpt writes them, on k_proj/v_proj."""
+def modelopt(root: Path, scales: dict[str, Any], engine: str = "vllm", kv: str = "FP8") -> Report:
+    """ModelOpt FP8 with a ``kv`` KV cache; ``scales`` as ModelOpt writes them, on k_proj/v_proj."""
     tensors = {**llama(2, fp8_modelopt), **scales}
     documents = {
         "config.json": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
-        "hf_quant_config.json": modelopt_file("FP8", excludes=["lm_head"], kv="FP8"),
+        "hf_quant_config.json": modelopt_file("FP8", excludes=["lm_head"], kv=kv),
     }
     return audit(
         str(write_checkpoint(root, {"model.safetensors": tensors}, documents)), engine=engine
@@ -218,3 +218,51 @@ def test_a_layer_without_either_scale_is_filled_in(tmp_path: Path) -> None:
     assert "1 attention layer ships no KV scale (model.layers.1.self_attn)" in (
         report.warnings[0].message
     )
+
+
+def test_vllm_keeps_a_modelopt_kv_cache_other_than_fp8_or_nvfp4_in_the_models_dtype(
+    tmp_path: Path,
+) -> None:
+    """vllm-project/vllm vllm/utils/torch_utils.py@v0.33.0 (get_kv_cache_quant_algo_string, the
+    same in 0.30-0.32): a ModelOpt kv_cache_quant_algo other than fp8 or nvfp4, lowered, falls
+    back to "auto" with a warning; the KV-cache method is built all the same and loads the
+    scales (ModelOptQuantConfigBase.get_quant_method)."""
+    report = modelopt(tmp_path / "int8", both(), kv="INT8")
+    assert codes(report) == ["kv-cache-ignored"]
+    assert report.warnings[0].message.startswith(
+        "hf_quant_config.json declares a KV cache of INT8; vllm v0.33.0 maps a ModelOpt "
+        "kv_cache_quant_algo to a KV-cache dtype only as FP8 or NVFP4 (in any case): it logs "
+        "\"WARNING: Unknown kv_cache_quant_algo 'INT8' in model config. Supported values: "
+        "['fp8', 'nvfp4']. Falling back to 'auto'.\""
+    )
+    assert codes(modelopt(tmp_path / "lower", both(), kv="fp8")) == []
+    assert codes(modelopt(tmp_path / "nvfp4", both(), kv="NVFP4")) == []
+    # the scales are loaded all the same: one the loader refuses still fails the load ...
+    assert codes(modelopt(tmp_path / "shape", both((8,)), kv="INT8")) == [
+        "kv-cache-ignored",
+        *["kv-scale-shape"] * 4,
+    ]
+    # ... but none missing matters to a KV cache in the model's dtype
+    assert codes(modelopt(tmp_path / "none", {}, kv="INT8")) == ["kv-cache-ignored"]
+    only_k = {k: v for k, v in both().items() if k.endswith("k_scale")}
+    assert codes(modelopt(tmp_path / "k", only_k, kv="INT8")) == ["kv-cache-ignored"]
+    assert codes(modelopt(tmp_path / "k8", only_k)) == ["kv-scales-partial"]
+
+
+def test_sglang_keeps_a_modelopt_kv_cache_other_than_fp8_in_the_models_dtype(
+    tmp_path: Path,
+) -> None:
+    """sgl-project/sglang python/sglang/srt/mem_cache/kv_cache_dtype.py@v0.5.23 L49-59 (L41-48
+    in 0.5.22): with --kv-cache-dtype auto only a kv_cache_quant_algo of FP8, upper-cased,
+    makes an FP8 KV cache; ModelOptQuantConfig builds its KV-cache method for any non-empty
+    value (layers/quantization/modelopt_quant.py L347-348), so the scales are loaded."""
+    report = modelopt(tmp_path / "nvfp4", both(), engine="sglang", kv="NVFP4")
+    assert codes(report) == ["kv-cache-ignored"]
+    assert report.warnings[0].message.startswith(
+        "hf_quant_config.json declares a KV cache of NVFP4; sglang v0.5.23 sets an FP8 KV "
+        "cache from a ModelOpt kv_cache_quant_algo only when it is FP8 (in any case): for "
+        "NVFP4, with --kv-cache-dtype auto, the KV cache stays in the model's dtype"
+    )
+    assert codes(modelopt(tmp_path / "lower", both(), engine="sglang", kv="fp8")) == []
+    shape = modelopt(tmp_path / "shape", both((8,)), engine="sglang", kv="INT8")
+    assert codes(shape) == ["kv-cache-ignored", *["kv-scale-shape"] * 4]

@@ -24,6 +24,8 @@ from ..modules.inventory import ModuleInfo
 from ..sources.checkpoint import TensorEntry
 
 SCALES = ("k_scale", "v_scale")
+LOAD_FAILS_KV = frozenset({"kv-scale-shape", "kv-k-scale-missing"})
+"""The findings of a scale that fails the load, whatever the KV cache's dtype."""
 PROJECTIONS = (".k_proj", ".v_proj")
 """Where ModelOpt writes the scales (``self_attn.k_proj.k_scale``): the attention layer is the
 projection's parent, as vLLM's ``maybe_remap_kv_scale_name`` maps it."""

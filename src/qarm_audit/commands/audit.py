@@ -15,7 +15,7 @@ from ..check.biases import unbuilt_bias_warnings
 from ..check.blocks import block_refusals
 from ..check.completeness import completeness_refusals
 from ..check.crosscheck import check_all, uncontracted
-from ..check.kv_scales import kv_heads_of, kv_scale_findings
+from ..check.kv_scales import LOAD_FAILS_KV, kv_heads_of, kv_scale_findings
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
@@ -26,6 +26,7 @@ from ..engines.refusals import (
     declaration_refusals,
     kv_cache_ignored,
     kv_cache_refusals,
+    kv_not_taken,
     layer_refusals,
 )
 from ..errors import UsageError
@@ -278,14 +279,18 @@ def _audit(
         else None
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
-    ignored = kv_cache_ignored(profile, declaration)
-    findings.extend(ignored)
-    if not ignored:  # else the engine reads no KV scale: none is missing or misshapen to it
+    findings.extend(kv_cache_ignored(profile, declaration))
+    not_taken = kv_not_taken(profile, declaration)
+    if not_taken is None:
         findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
+    # an ignored KV cache is the model's dtype: only a scale that fails the load still matters,
+    # where the engine loads the scales at all
+    if not_taken is None or not_taken.scales_loaded:
         kv_heads = kv_heads_of(dict(model_config.values))
-        findings.extend(
-            kv_scale_findings(declaration, modules, profile.kv_scales_filled_in, kv_heads)
+        scale_findings = kv_scale_findings(
+            declaration, modules, profile.kv_scales_filled_in, kv_heads
         )
+        findings.extend(f for f in scale_findings if not_taken is None or f.code in LOAD_FAILS_KV)
     findings.extend(_input_scale_notes(declaration, alike))
     # the engine's own words, for every finding it has them for (KV scales included)
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)

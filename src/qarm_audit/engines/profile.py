@@ -209,7 +209,7 @@ class DeclarationError(BaseModel):
 class KvTaken(BaseModel):
     """The only KV-cache declarations of a producer the engine takes: it ignores any other
     (``kv-cache-ignored``), and its KV cache is then the model's dtype with the shipped scales
-    unused."""
+    unused. Algorithms compare without case (vLLM lowers ModelOpt's)."""
 
     model_config = frozen_config(extra="forbid")
 
@@ -218,6 +218,9 @@ class KvTaken(BaseModel):
     strategy: list[str]
     symmetric: bool = True
     dynamic: bool = False
+    scales_loaded: bool = False
+    """The engine still builds its KV-cache method for any other form and loads the shipped
+    scales, unused: a scale it cannot load still fails the load."""
     note: str
     """What the engine does with any other, in its own terms."""
     source: Source = None

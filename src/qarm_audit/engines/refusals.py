@@ -133,29 +133,38 @@ def layer_refusals(
     return out
 
 
+def kv_not_taken(profile: Profile, declaration: Declaration) -> KvTaken | None:
+    """The profile's entry for the declared KV cache's producer where the engine does not take
+    the declared form, else None."""
+    kv = declaration.kv
+    if kv is None:
+        return None
+    for taken in profile.kv_taken:
+        if (declaration.method or "") in taken.producer and not _kv_taken(taken, kv):
+            return taken
+    return None
+
+
 def kv_cache_ignored(profile: Profile, declaration: Declaration) -> list[Finding]:
     """``kv-cache-ignored`` where the profile says the engine takes a producer's KV-cache
     declaration only in some forms and the declared one is not among them."""
     kv = declaration.kv
-    if kv is None:
+    taken = kv_not_taken(profile, declaration)
+    if kv is None or taken is None:
         return []
-    for taken in profile.kv_taken:
-        if (declaration.method or "") not in taken.producer or _kv_taken(taken, kv):
-            continue
-        cite = f" ({taken.source})" if taken.source else ""
-        return [
-            finding(
-                "kv-cache-ignored",
-                f"{kv.where} declares a KV cache of {_kv_said(kv)}; {profile.label} "
-                f"{taken.note}{cite}",
-            )
-        ]
-    return []
+    cite = f" ({taken.source})" if taken.source else ""
+    return [
+        finding(
+            "kv-cache-ignored",
+            f"{kv.where} declares a KV cache of {_kv_said(kv)}; {profile.label} "
+            f"{taken.note.replace('{algo}', kv.algo)}{cite}",
+        )
+    ]
 
 
 def _kv_taken(taken: KvTaken, kv: KvDeclaration) -> bool:
     return (
-        kv.algo in taken.algo
+        kv.algo.upper() in {algo.upper() for algo in taken.algo}
         and (kv.strategy or "") in taken.strategy
         and kv.symmetric == taken.symmetric
         and kv.dynamic == taken.dynamic
@@ -217,6 +226,8 @@ def _builds(facts: EngineFacts, arch: ArchitectureFacts, layer_class: str) -> bo
 
 
 def _kv_said(kv: KvDeclaration) -> str:
+    if kv.strategy is None and not kv.written:
+        return kv.algo  # a ModelOpt algorithm names nothing more
     said = f"{kv.algo}, strategy {kv.strategy or 'unstated'}"
     said += ", symmetric" if kv.symmetric else ", asymmetric"
     return said + (", dynamic" if kv.dynamic else ", static")
