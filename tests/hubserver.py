@@ -416,6 +416,7 @@ class _Blob:
         self._size: int | None = None
         self._sha256: str | None = None
         self._git_sha1: str | None = None
+        self._parameters: Counter[str] | None = None
 
     @property
     def size(self) -> int:
@@ -455,6 +456,15 @@ class _Blob:
 
     def read(self, start: int = 0, stop: int | None = None) -> bytes:
         return b"".join(self.iter_bytes(start, self.size if stop is None else stop))
+
+    @property
+    def parameters(self) -> Counter[str]:
+        """A safetensors file's parameter count by dtype, measured once: the Hub stores it
+        rather than parsing every header again for each listing."""
+        with self._lock:
+            if self._parameters is None:
+                self._parameters = _safetensors_parameters(self)
+            return self._parameters
 
     @property
     def sha256(self) -> str:
@@ -911,7 +921,7 @@ class _Router:
                     sibling["blobId"] = blob.git_sha1
             siblings.append(sibling)
             if path.endswith(".safetensors") and self.hub.parameter_counts:
-                params.update(_safetensors_parameters(blob))
+                params.update(blob.parameters)
         owner = spec.repo_id.split("/")[0] if "/" in spec.repo_id else None
         data: dict[str, Any] = {
             "_id": derive_sha("id", spec.repo_id)[:24],

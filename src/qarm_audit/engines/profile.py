@@ -222,7 +222,8 @@ class KvTaken(BaseModel):
     """The engine still builds its KV-cache method for any other form and loads the shipped
     scales, unused: a scale it cannot load still fails the load."""
     note: str
-    """What the engine does with any other, in its own terms."""
+    """What the engine does with any other, in its own terms; ``{algo}`` is the declared
+    algorithm."""
     source: Source = None
 
 
