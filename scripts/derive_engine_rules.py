@@ -301,7 +301,15 @@ def _anchors(engine: str) -> list[tuple[str, str]]:
     engine's profile."""
     data = tomllib.loads((PROFILES_DIR / f"{engine}.toml").read_text("utf-8"))
     out = []
-    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken", "kv_errors")
+    listed = (
+        "rules",
+        "load_errors",
+        "declaration_errors",
+        "layer_errors",
+        "kv_taken",
+        "kv_errors",
+        "groups_skipped",
+    )
     for item in [entry for key in listed for entry in data.get(key, [])]:
         source = item.get("source")
         if not source:

@@ -178,7 +178,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "a compressed-tensors target or ModelOpt layer entry matches no module",
     ),
-    # KV cache
+    "config-group-skipped": (
+        Severity.WARNING,
+        "the engine drops a compressed-tensors config group before matching any layer",
+    ),
+    # what the config builds
     "bias-not-configured": (
         Severity.WARNING,
         "decoder projections ship a bias where config.json's attention_bias or mlp_bias is false",
@@ -187,6 +191,7 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "one layer lacks modules that other layers of its kind ship beside the same modules",
     ),
+    # KV cache
     "kv-scales-missing": (
         Severity.WARNING,
         "a quantized KV cache is declared and no k/v scale is shipped",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from math import prod
 from operator import attrgetter
@@ -24,10 +24,12 @@ from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engi
 from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..engines.refusals import (
     declaration_refusals,
+    group_skipped_warnings,
     kv_cache_ignored,
     kv_cache_refusals,
     kv_not_taken,
     layer_refusals,
+    skipped_groups,
 )
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
@@ -226,7 +228,14 @@ def _audit(
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))
     findings.extend(unbuilt_bias_warnings(modules, model_config))
-    resolution = resolve(declaration, modules, tree)
+    # the engine's view: without the config groups it drops before matching any layer
+    skipped = skipped_groups(profile, declaration)
+    findings.extend(group_skipped_warnings(profile, declaration, skipped))
+    engine_declaration = declaration
+    if skipped and declaration.compressed_tensors is not None:
+        kept = declaration.compressed_tensors.without_groups(frozenset(skipped))
+        engine_declaration = replace(declaration, compressed_tensors=kept)
+    resolution = resolve(engine_declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
     unreadable = producer_cannot_compile(declaration, profile.label)

@@ -402,6 +402,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         )
     schemes: dict[str, Scheme] = {}
     targets: dict[str, str] = {}
+    groups: list[tuple[str, tuple[str, ...]]] = []
     for name, raw in parsed.config_groups.items():
         group, unknown_preset = ct.group_scheme(name, raw)
         if unknown_preset:
@@ -416,7 +417,10 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         schemes[name] = ct.to_scheme(name, group, parsed.format)
         for target in group.targets:
             targets[target] = name
-    rules = CompressedTensorsRules(targets=targets, ignore=tuple(parsed.ignore or ()))
+        groups.append((name, tuple(group.targets)))
+    rules = CompressedTensorsRules(
+        targets=targets, ignore=tuple(parsed.ignore or ()), groups=tuple(groups)
+    )
     return Declaration(
         "compressed-tensors",
         candidate.where,

@@ -47,6 +47,14 @@ class CompressedTensorsRules:
     targets: dict[str, str]
     """Target string -> scheme name. The same string in two groups: the last group wins."""
     ignore: tuple[str, ...]
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Each config group's name and targets, in declaration order."""
+
+    def without_groups(self, names: frozenset[str]) -> CompressedTensorsRules:
+        """The rules of the other groups, their targets mapped as the declaration maps them."""
+        targets = {t: name for name, group in self.groups if name not in names for t in group}
+        kept = tuple((name, group) for name, group in self.groups if name not in names)
+        return CompressedTensorsRules(targets=targets, ignore=self.ignore, groups=kept)
 
     def rule_counts(self) -> dict[str, int]:
         return {"targets": len(self.targets), "ignore": len(self.ignore)}

@@ -227,6 +227,20 @@ class KvTaken(BaseModel):
     source: Source = None
 
 
+class GroupSkipped(BaseModel):
+    """A compressed-tensors config group the engine drops before it matches any layer: one
+    whose only target ends in ``target_suffix`` (vLLM: an attention class, ``LlamaAttention``)
+    (``config-group-skipped``)."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    target_suffix: str
+    note: str
+    """What the engine does, in its own terms; ``{target}`` is the group's target."""
+    source: Source = None
+
+
 class KvError(BaseModel):
     """A check the engine makes of a producer's KV-cache declaration as it builds each
     attention layer of ``layer_class``, raising where it fails: ``engine-refuses-declaration``.
@@ -292,6 +306,7 @@ class Profile(BaseModel):
     layer_errors: list[LayerError] = Field(default_factory=list)
     kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_errors: list[KvError] = Field(default_factory=list)
+    groups_skipped: list[GroupSkipped] = Field(default_factory=list)
     kv_scales_filled_in: list[str] = Field(default_factory=list)
     """Declaration families whose KV-cache method keeps 1.0 for any scale not shipped; the
     others keep ``BaseKVCacheMethod``'s rules (``v`` takes a lone ``k_scale``, a lone
@@ -382,7 +397,15 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
             ).strip()
         return entry
 
-    listed = ("rules", "load_errors", "declaration_errors", "layer_errors", "kv_taken", "kv_errors")
+    listed = (
+        "rules",
+        "load_errors",
+        "declaration_errors",
+        "layer_errors",
+        "kv_taken",
+        "kv_errors",
+        "groups_skipped",
+    )
     out = {k: v for k, v in data.items() if k not in listed}
     # a setting whose values differ per release takes them from the release's facts
     out["env"] = {
@@ -397,7 +420,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     out["commit"] = commit
     out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
     out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
-    for key in ("declaration_errors", "layer_errors", "kv_taken", "kv_errors"):
+    for key in ("declaration_errors", "layer_errors", "kv_taken", "kv_errors", "groups_skipped"):
         out[key] = [d for d in map(item, data.get(key, [])) if d is not None]
     return out
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..declarations import Declaration, KvDeclaration, Scheme
+from ..declarations import CompressedTensorsRules, Declaration, KvDeclaration, Scheme
 from ..findings import Finding, finding
 from ..layers.facts import ArchitectureFacts, EngineFacts
 from ..modules.inventory import ModuleInfo
 from ..resolve.resolver import Membership
-from .profile import DeclarationError, KvError, KvTaken, LayerError, Profile
+from .profile import DeclarationError, GroupSkipped, KvError, KvTaken, LayerError, Profile
 
 
 def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
@@ -231,3 +231,38 @@ def _kv_said(kv: KvDeclaration) -> str:
     said = f"{kv.algo}, strategy {kv.strategy or 'unstated'}"
     said += ", symmetric" if kv.symmetric else ", asymmetric"
     return said + (", dynamic" if kv.dynamic else ", static")
+
+
+def skipped_groups(
+    profile: Profile, declaration: Declaration
+) -> dict[str, tuple[str, GroupSkipped]]:
+    """Config group -> (its only target, the profile's entry) for each group the engine drops
+    before matching any layer."""
+    rules = declaration.rules
+    if not isinstance(rules, CompressedTensorsRules):
+        return {}
+    out: dict[str, tuple[str, GroupSkipped]] = {}
+    for skipped in profile.groups_skipped:
+        if (declaration.method or "") not in skipped.producer:
+            continue
+        for name, targets in rules.groups:
+            if len(targets) == 1 and targets[0].endswith(skipped.target_suffix):
+                out.setdefault(name, (targets[0], skipped))
+    return out
+
+
+def group_skipped_warnings(
+    profile: Profile, declaration: Declaration, skipped: Mapping[str, tuple[str, GroupSkipped]]
+) -> list[Finding]:
+    """``config-group-skipped`` for each group of :func:`skipped_groups`."""
+    out = []
+    for name, (target, entry) in skipped.items():
+        cite = f" ({entry.source})" if entry.source else ""
+        out.append(
+            finding(
+                "config-group-skipped",
+                f"{declaration.source}: config group {name!r} targets only {target!r}; "
+                f"{profile.label} {entry.note.replace('{target}', target)}{cite}",
+            )
+        )
+    return out

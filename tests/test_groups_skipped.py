@@ -1,0 +1,78 @@
+"""A compressed-tensors config group that quantizes attention on its own is dropped by vLLM.
+
+vllm-project/vllm vllm/model_executor/layers/quantization/compressed_tensors/
+compressed_tensors.py@v0.33.0 L235-250 (the same in 0.30-0.32): ``from_config`` keeps only the
+groups that do not do attention quantization: one whose single target ends in "Attention"
+(``LlamaAttention``, as llm-compressor's attention-quantization examples write it) is skipped
+with a warning before the target map is built. SGLang keeps the group, and no layer it asks a
+quant method for has that class.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import fp8_modelopt, llama, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.report.model import Report
+
+WEIGHTS = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
+ACTIVATIONS = {**WEIGHTS, "dynamic": False}
+
+
+def audited(root: Path, attention_targets: list[str], engine: str = "vllm") -> Report:
+    """FP8 weights on every Linear, and a group of ``attention_targets`` quantizing the
+    attention's inputs; q/k/v scales shipped on each attention module, as llm-compressor
+    writes them."""
+    groups: dict[str, Any] = {
+        "group_0": {"targets": ["Linear"], "weights": WEIGHTS, "format": "float-quantized"},
+        "attention": {"targets": attention_targets, "input_activations": ACTIVATIONS},
+    }
+    block = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": groups,
+        "ignore": ["lm_head"],
+    }
+    tensors = llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))
+    for n in range(2):
+        for x in "qkv":
+            tensors[f"model.layers.{n}.self_attn.{x}_scale"] = ("F32", ())
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    documents = {"config.json": {**config, "quantization_config": block}}
+    folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
+    return audit(str(folder), engine=engine)
+
+
+def codes(report: Report) -> list[str]:
+    return sorted(f.code for f in [*report.refusals, *report.warnings])
+
+
+def test_vllm_drops_a_group_whose_only_target_is_an_attention_class(tmp_path: Path) -> None:
+    report = audited(tmp_path, ["LlamaAttention"])
+    # the engine's view no longer puts the attention modules in the group, so the producer's
+    # view (which does not either) agrees with it
+    assert codes(report) == ["config-group-skipped"]
+    assert report.warnings[0].message.startswith(
+        "config.json: quantization_config: config group 'attention' targets only "
+        "'LlamaAttention'; vllm v0.33.0 drops the group before it matches any layer, logging "
+        '"Skipping CompressedTensors config group for LlamaAttention. Attention quant is '
+        'coupled with KV-cache quantization in vLLM.": the attention quantization it '
+        "declares is not run"
+    )
+    # the raw string's end is tested, a re: target's included
+    assert codes(audited(tmp_path / "re", ["re:.*LlamaAttention"])) == ["config-group-skipped"]
+
+
+@pytest.mark.parametrize(
+    "targets", [["LlamaAttention", "re:.*o_proj$"], ["re:.*self_attn$"], ["LlamaAttentionX"]]
+)
+def test_other_groups_are_kept(tmp_path: Path, targets: list[str]) -> None:
+    assert "config-group-skipped" not in codes(audited(tmp_path, targets))
+
+
+def test_sglang_keeps_the_group(tmp_path: Path) -> None:
+    assert codes(audited(tmp_path, ["LlamaAttention"], engine="sglang")) == []
