@@ -178,6 +178,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "a compressed-tensors target or ModelOpt layer entry matches no module",
     ),
+    "transform-not-applied": (
+        Severity.REFUSAL,
+        "the engine never applies an online transform the weights were written for",
+    ),
     "config-group-skipped": (
         Severity.WARNING,
         "the engine drops a compressed-tensors config group before matching any layer",

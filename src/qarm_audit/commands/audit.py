@@ -30,6 +30,7 @@ from ..engines.refusals import (
     kv_not_taken,
     layer_refusals,
     skipped_groups,
+    transforms_unapplied,
 )
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
@@ -217,6 +218,7 @@ def _audit(
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
     findings.extend(declaration_refusals(profile, declaration))
+    findings.extend(transforms_unapplied(profile, declaration))
     findings.extend(_unread_findings(checkpoint))
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
     if modules is None:

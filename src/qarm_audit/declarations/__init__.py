@@ -106,6 +106,10 @@ class Declaration:
     ``input_activations: null`` (vLLM v0.33 re-labels such an NVFP4 as W4A16_NVFP4)."""
     sparsity_targets: tuple[str, ...] = ()
     """The targets of a compressed-tensors ``sparsity_config`` (vLLM refuses any)."""
+    online_transforms: tuple[tuple[str, str], ...] = ()
+    """(scheme, location) of each transform a compressed-tensors ``transform_config`` applies
+    at run time (any location but ``weight_input`` and ``weight_output``, which are fused into
+    the weights), in declaration order."""
 
     @property
     def rules(self) -> FormatRules | None:
@@ -429,6 +433,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         schemes=schemes,
         compressed_tensors=rules,
         sparsity_targets=sparsity_targets,
+        online_transforms=ct.online_transforms(candidate.block.get("transform_config")),
         kv=kv,
         findings=tuple(notes),
         considered=considered,

@@ -157,3 +157,22 @@ def to_scheme(name: str, group: GroupScheme, global_format: str | None) -> Schem
         format=fmt,
         algo=name,
     )
+
+
+OFFLINE_TRANSFORMS = frozenset({"weight_input", "weight_output"})
+"""compressed-tensors' ``TransformLocation`` values fused into the weights; every other is
+applied to activations at run time (``TransformLocation.is_online``)."""
+
+
+def online_transforms(config: Any) -> tuple[tuple[str, str], ...]:
+    """(scheme, location) of each online transform of a ``transform_config``, read as written;
+    anything not shaped as compressed-tensors writes it is skipped."""
+    groups = config.get("config_groups") if isinstance(config, dict) else None
+    out: list[tuple[str, str]] = []
+    for name, scheme in (groups if isinstance(groups, dict) else {}).items():
+        applied = scheme.get("apply") if isinstance(scheme, dict) else None
+        for args in applied if isinstance(applied, list) else []:
+            location = args.get("location") if isinstance(args, dict) else None
+            if isinstance(location, str) and location not in OFFLINE_TRANSFORMS:
+                out.append((str(name), location))
+    return tuple(out)

@@ -307,6 +307,9 @@ class Profile(BaseModel):
     kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_errors: list[KvError] = Field(default_factory=list)
     groups_skipped: list[GroupSkipped] = Field(default_factory=list)
+    reads_transform_config: bool = True
+    """Whether the engine reads a compressed-tensors ``transform_config`` at all (SGLang does
+    not: its online transforms are never applied)."""
     kv_scales_filled_in: list[str] = Field(default_factory=list)
     """Declaration families whose KV-cache method keeps 1.0 for any scale not shipped; the
     others keep ``BaseKVCacheMethod``'s rules (``v`` takes a lone ``k_scale``, a lone

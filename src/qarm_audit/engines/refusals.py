@@ -266,3 +266,23 @@ def group_skipped_warnings(
             )
         )
     return out
+
+
+def transforms_unapplied(profile: Profile, declaration: Declaration) -> list[Finding]:
+    """``transform-not-applied`` where the declaration applies transforms at run time and the
+    engine reads no ``transform_config``: the weights were rotated for activations the engine
+    never rotates."""
+    if profile.reads_transform_config or not declaration.online_transforms:
+        return []
+    said = ", ".join(
+        f"{scheme} at {location}" for scheme, location in declaration.online_transforms
+    )
+    return [
+        finding(
+            "transform-not-applied",
+            f"{declaration.source}: transform_config applies transforms at run time ({said}); "
+            f"{profile.label} reads no transform_config, so the weights, written for rotated "
+            "activations, meet unrotated ones and the model computes wrong numbers without a "
+            "word",
+        )
+    ]
