@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import fp8_modelopt, llama, write_checkpoint
+from conftest import REPO, fp8_modelopt, llama, write_checkpoint
 from qarm_audit import audit
 from qarm_audit.report.model import Report
 
@@ -26,23 +26,17 @@ WEIGHTS = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": Tr
 
 
 def quip(online: bool) -> dict[str, Any]:
-    """A transform_config as llm-compressor's QuIP writes it: ``u`` on the Linear inputs and
-    ``v`` on their outputs, each half fused into the weights and, where ``online``, the other
-    half applied at run time."""
+    """A transform_config as llm-compressor 0.14's QuIPModifier writes it: ``u`` fused into the
+    weights' outputs and applied to the outputs, ``v`` applied to the inputs and fused into the
+    weights' inputs; with ``online`` false, only the fused halves."""
 
-    def pair(fused: str, run: str) -> list[dict[str, Any]]:
-        args = [{"targets": ["Linear"], "location": fused, "inverse": True, "ignore": ["lm_head"]}]
-        if online:
-            args.append({"targets": ["Linear"], "location": run, "ignore": ["lm_head"]})
-        return args
+    def args(location: str) -> dict[str, Any]:
+        return {"targets": ["Linear"], "location": location, "ignore": ["lm_head"]}
 
     scheme = {"type": "random-hadamard", "randomize": False, "requires_grad": False}
-    return {
-        "config_groups": {
-            "u": {**scheme, "apply": pair("weight_input", "input")},
-            "v": {**scheme, "apply": pair("weight_output", "output")},
-        }
-    }
+    u = [args("weight_output")] + ([args("output")] if online else [])
+    v = ([args("input")] if online else []) + [args("weight_input")]
+    return {"config_groups": {"u": {**scheme, "apply": u}, "v": {**scheme, "apply": v}}}
 
 
 def audited(root: Path, transform_config: Any, engine: str) -> Report:
@@ -70,7 +64,7 @@ def test_sglang_never_applies_an_online_transform(tmp_path: Path) -> None:
     [message] = refused(audited(tmp_path, quip(online=True), "sglang"))
     assert message == (
         "config.json: quantization_config: transform_config applies transforms at run time "
-        "(u at input, v at output); sglang v0.5.23 reads no transform_config, so the weights, "
+        "(u at output, v at input); sglang v0.5.23 reads no transform_config, so the weights, "
         "written for rotated activations, meet unrotated ones and the model computes wrong "
         "numbers without a word"
     )
@@ -87,3 +81,49 @@ def test_sglang_never_applies_an_online_transform(tmp_path: Path) -> None:
 )
 def test_nothing_to_refuse(tmp_path: Path, transform_config: Any, engine: str) -> None:
     assert refused(audited(tmp_path, transform_config, engine)) == []
+
+
+QUIP = REPO / "fixtures" / "producers" / "llmcompressor-quip-w4a16"
+"""llm-compressor 0.14.0.1's QuIP (v and u random Hadamards in blocks of 32) then W4A16: one
+shared transform of each half is saved, as ``q_proj.v_input.weight`` and
+``q_proj.u_output.weight`` (F64 [32, 32])."""
+
+
+def test_a_real_quip_checkpoint_is_clean_under_vllm_and_refused_under_sglang() -> None:
+    report = audit(str(QUIP), engine="vllm")
+    assert report.refusals == []
+    # the saved transforms are no layers: vLLM loads them into its HadamardTransform submodules
+    transforms = [m for m in report.modules if m["module"].endswith(("v_input", "u_output"))]
+    assert [m["module"] for m in transforms] == [
+        "model.layers.0.self_attn.q_proj.u_output",
+        "model.layers.0.self_attn.q_proj.v_input",
+    ]
+    assert {m["bucket"] for m in transforms} == {"unlisted"}
+    report = audit(str(QUIP), engine="sglang")
+    assert [r.code for r in report.refusals] == ["transform-not-applied"]
+    assert "(u at output, v at input)" in report.refusals[0].message
+
+
+def test_a_regex_target_over_every_module_does_not_reach_a_saved_transform(
+    tmp_path: Path,
+) -> None:
+    """No engine builds a quant method for a transform, whatever a target matches."""
+    tensors = llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))
+    tensors["model.layers.0.self_attn.q_proj.v_input.weight"] = ("F64", (32, 32))
+    block = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["re:model\\.layers\\..*"],
+                "weights": WEIGHTS,
+                "format": "float-quantized",
+            }
+        },
+        "transform_config": quip(online=True),
+    }
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    documents = {"config.json": {**config, "quantization_config": block}}
+    folder = write_checkpoint(tmp_path, {"model.safetensors": tensors}, documents)
+    report = audit(str(folder), engine="vllm")
+    assert [(r.code, r.module) for r in report.refusals] == []

@@ -34,7 +34,14 @@ from ..engines.refusals import (
 )
 from ..errors import UsageError
 from ..findings import Finding, Severity, finding
-from ..layers import LayerTree, build_tree, layer_facts, read_model_config, tree_findings
+from ..layers import (
+    LayerTree,
+    build_tree,
+    layer_facts,
+    mark_transforms,
+    read_model_config,
+    tree_findings,
+)
 from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import MXFP4_BLOCKS, WEIGHT_NAMES, OperandKind, classify_operand
 from ..report.group import plural
@@ -226,6 +233,7 @@ def _audit(
     model_config = read_model_config(checkpoint.documents)
     facts = layer_facts(profile)
     tree = build_tree(modules, model_config, facts)
+    mark_transforms(modules, declaration.transform_leaves)
     findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))

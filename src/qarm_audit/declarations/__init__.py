@@ -106,6 +106,9 @@ class Declaration:
     ``input_activations: null`` (vLLM v0.33 re-labels such an NVFP4 as W4A16_NVFP4)."""
     sparsity_targets: tuple[str, ...] = ()
     """The targets of a compressed-tensors ``sparsity_config`` (vLLM refuses any)."""
+    transform_leaves: frozenset[str] = frozenset()
+    """The submodule names of a compressed-tensors ``transform_config``'s saved transforms
+    (``v_input``): a tensor ``<module>.v_input.weight`` is a transform of ``<module>``."""
     online_transforms: tuple[tuple[str, str], ...] = ()
     """(scheme, location) of each transform a compressed-tensors ``transform_config`` applies
     at run time (any location but ``weight_input`` and ``weight_output``, which are fused into
@@ -434,6 +437,7 @@ def _ct_declaration(candidate: _Candidate, considered: tuple[str, ...]) -> Decla
         compressed_tensors=rules,
         sparsity_targets=sparsity_targets,
         online_transforms=ct.online_transforms(candidate.block.get("transform_config")),
+        transform_leaves=ct.transform_leaves(candidate.block.get("transform_config")),
         kv=kv,
         findings=tuple(notes),
         considered=considered,

@@ -176,3 +176,17 @@ def online_transforms(config: Any) -> tuple[tuple[str, str], ...]:
             if isinstance(location, str) and location not in OFFLINE_TRANSFORMS:
                 out.append((str(name), location))
     return tuple(out)
+
+
+def transform_leaves(config: Any) -> frozenset[str]:
+    """The submodule names a ``transform_config``'s transforms are saved under,
+    ``<scheme>_<location>`` (``v_input``: ``<module>.v_input.weight``), online or fused."""
+    groups = config.get("config_groups") if isinstance(config, dict) else None
+    out: set[str] = set()
+    for name, scheme in (groups if isinstance(groups, dict) else {}).items():
+        applied = scheme.get("apply") if isinstance(scheme, dict) else None
+        for args in applied if isinstance(applied, list) else []:
+            location = args.get("location") if isinstance(args, dict) else None
+            if isinstance(location, str):
+                out.add(f"{name}_{location}")
+    return frozenset(out)

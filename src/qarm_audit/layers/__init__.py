@@ -15,7 +15,7 @@ from typing import Protocol
 from ..findings import Finding, finding
 from .facts import EngineFacts, load_facts
 from .model_config import ModelConfig, read_model_config
-from .tree import LayerTree, build_tree
+from .tree import LayerTree, build_tree, mark_transforms
 
 
 class _NamesFacts(Protocol):
@@ -40,6 +40,7 @@ __all__ = [
     "ModelConfig",
     "build_tree",
     "layer_facts",
+    "mark_transforms",
     "read_model_config",
     "tree_findings",
 ]

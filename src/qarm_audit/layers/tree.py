@@ -279,3 +279,14 @@ def _kind_of_class(cls: str, leaf: str, info: ModuleInfo, facts: EngineFacts) ->
     if facts.is_linear(cls) or low.endswith("linear"):
         return "linear"
     return "other" if info.kind != "linear" else "linear"
+
+
+def mark_transforms(modules: Mapping[str, ModuleInfo], leaves: frozenset[str]) -> None:
+    """A compressed-tensors transform saved as ``<layer>.<scheme>_<location>.weight`` is no
+    layer: the engine loads it into a submodule of the layer it rotates (vLLM's
+    ``HadamardTransform``, registered as ``<scheme>_<location>``), never with a quant method."""
+    if not leaves:
+        return
+    for info in modules.values():
+        if info.leaf in leaves and info.operands.keys() == {"weight"}:
+            info.layer_kind = "transform"

@@ -70,7 +70,7 @@ EXCLUDED = "excluded"
 UNLISTED = "unlisted"
 UNLISTED_MEMBERSHIP = Membership(UNLISTED, "none")
 """A module no declaration entry names: shared, since most unlisted modules are alike."""
-NOT_QUANTIZABLE = frozenset({"norm", "conv"})
+NOT_QUANTIZABLE = frozenset({"norm", "conv", "transform"})
 """Layer kinds no quant method applies to in the engines (only Linear and MoE layers)."""
 
 
