@@ -37,6 +37,7 @@ NO_ARM_IN_NAME_PROBE = {
     "llmcompressor-w4a16",
     "llmcompressor-w4a16-asym",
     "llmcompressor-quip-w4a16",
+    "llmcompressor-moe-quip-w4a16",
     "llmcompressor-w8a8-int8",
     "modelopt-fp8-blockwise-wo",
     "modelopt-fp8-pcpt",

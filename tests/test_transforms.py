@@ -127,3 +127,26 @@ def test_a_regex_target_over_every_module_does_not_reach_a_saved_transform(
     folder = write_checkpoint(tmp_path, {"model.safetensors": tensors}, documents)
     report = audit(str(folder), engine="vllm")
     assert [(r.code, r.module) for r in report.refusals] == []
+
+
+MOE_QUIP = REPO / "fixtures" / "producers" / "llmcompressor-moe-quip-w4a16"
+"""The same recipe on a Qwen3-MoE: llm-compressor linearizes the experts, so its "Linear"
+targets every expert projection; the router (``mlp.gate``) and lm_head are ignored."""
+
+
+def test_vllm_applies_no_transform_on_routed_experts() -> None:
+    """vllm-project/vllm vllm/model_executor/layers/quantization/compressed_tensors/
+    compressed_tensors.py@v0.33.0 L159-183: get_linear_transform_schemes is asked for LinearBase
+    layers only; the MoE method reads no transform_config."""
+    report = audit(str(MOE_QUIP), engine="vllm")
+    assert [(r.code, r.module) for r in report.refusals] == [
+        ("transform-not-applied", f"model.layers.{n}.mlp.experts") for n in (0, 0, 1, 1)
+    ]
+    assert report.refusals[0].message.startswith(
+        "model.layers.0.mlp.experts: config.json: quantization_config's transform u at output "
+        "rotates model.layers.0.mlp.experts.0.down_proj and 11 more at run time; vllm v0.33.0 "
+        "applies online transforms only on the Linear layers it builds with the quant config, "
+        "not on its RoutedExperts"
+    )
+    # the attention and the dense layers take theirs: nothing else is refused
+    assert audit(str(QUIP), engine="vllm").refusals == []

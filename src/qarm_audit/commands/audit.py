@@ -225,7 +225,6 @@ def _audit(
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
     findings.extend(declaration_refusals(profile, declaration))
-    findings.extend(transforms_unapplied(profile, declaration))
     findings.extend(_unread_findings(checkpoint))
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
     if modules is None:
@@ -234,6 +233,7 @@ def _audit(
     facts = layer_facts(profile)
     tree = build_tree(modules, model_config, facts)
     mark_transforms(modules, declaration.transform_leaves)
+    findings.extend(transforms_unapplied(profile, declaration, modules))
     findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))

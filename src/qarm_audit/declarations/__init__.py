@@ -29,6 +29,7 @@ from .rules import (
     GptqRules,
     ModelOptRules,
     Mxfp4Rules,
+    OnlineTransform,
 )
 from .schemes import Scheme, modelopt_scheme
 
@@ -49,6 +50,7 @@ __all__ = [
     "KvDeclaration",
     "ModelOptRules",
     "Mxfp4Rules",
+    "OnlineTransform",
     "Scheme",
     "read_declaration",
 ]
@@ -109,10 +111,10 @@ class Declaration:
     transform_leaves: frozenset[str] = frozenset()
     """The submodule names of a compressed-tensors ``transform_config``'s saved transforms
     (``v_input``): a tensor ``<module>.v_input.weight`` is a transform of ``<module>``."""
-    online_transforms: tuple[tuple[str, str], ...] = ()
-    """(scheme, location) of each transform a compressed-tensors ``transform_config`` applies
-    at run time (any location but ``weight_input`` and ``weight_output``, which are fused into
-    the weights), in declaration order."""
+    online_transforms: tuple[OnlineTransform, ...] = ()
+    """Each transform a compressed-tensors ``transform_config`` applies at run time (any
+    location but ``weight_input`` and ``weight_output``, which are fused into the weights), in
+    declaration order."""
 
     @property
     def rules(self) -> FormatRules | None:

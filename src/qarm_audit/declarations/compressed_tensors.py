@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Strict, field_validator
 
 from ..frozen import frozen_config
+from .rules import OnlineTransform
 from .schemes import Scheme
 
 
@@ -164,18 +165,28 @@ OFFLINE_TRANSFORMS = frozenset({"weight_input", "weight_output"})
 applied to activations at run time (``TransformLocation.is_online``)."""
 
 
-def online_transforms(config: Any) -> tuple[tuple[str, str], ...]:
-    """(scheme, location) of each online transform of a ``transform_config``, read as written;
-    anything not shaped as compressed-tensors writes it is skipped."""
+def online_transforms(config: Any) -> tuple[OnlineTransform, ...]:
+    """Each online transform of a ``transform_config``, read as written (a string target or
+    ignore stands for a list of one, as compressed-tensors reads it); anything not shaped as
+    compressed-tensors writes it is skipped."""
     groups = config.get("config_groups") if isinstance(config, dict) else None
-    out: list[tuple[str, str]] = []
+    out: list[OnlineTransform] = []
     for name, scheme in (groups if isinstance(groups, dict) else {}).items():
         applied = scheme.get("apply") if isinstance(scheme, dict) else None
         for args in applied if isinstance(applied, list) else []:
             location = args.get("location") if isinstance(args, dict) else None
             if isinstance(location, str) and location not in OFFLINE_TRANSFORMS:
-                out.append((str(name), location))
+                targets, ignore = _strings(args.get("targets")), _strings(args.get("ignore"))
+                out.append(OnlineTransform(str(name), location, targets, ignore))
     return tuple(out)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()
 
 
 def transform_leaves(config: Any) -> frozenset[str]:

@@ -64,6 +64,17 @@ class CompressedTensorsRules:
 
 
 @dataclass(frozen=True)
+class OnlineTransform:
+    """One ``apply`` entry of a compressed-tensors ``transform_config`` that rotates activations
+    at run time (``location`` ``input``, ``output``, ``k_cache`` or ``q_attn``)."""
+
+    scheme: str
+    location: str
+    targets: tuple[str, ...]
+    ignore: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Fp8Rules:
     """A native ``quant_method: fp8`` declaration: one scheme for every Linear and MoE layer the
     engine builds with a quant method, but those ``ignored`` names."""

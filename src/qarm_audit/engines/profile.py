@@ -310,6 +310,9 @@ class Profile(BaseModel):
     reads_transform_config: bool = True
     """Whether the engine reads a compressed-tensors ``transform_config`` at all (SGLang does
     not: its online transforms are never applied)."""
+    transform_layer_kinds: list[str] | None = None
+    """The engine layer kinds it applies online ``input`` and ``output`` transforms on, where
+    built with its quant config (vLLM: its Linear layers, fused or not); None: not modelled."""
     kv_scales_filled_in: list[str] = Field(default_factory=list)
     """Declaration families whose KV-cache method keeps 1.0 for any scale not shipped; the
     others keep ``BaseKVCacheMethod``'s rules (``v`` takes a lone ``k_scale``, a lone

@@ -11,6 +11,7 @@ from ..declarations import CompressedTensorsRules, Declaration, KvDeclaration, S
 from ..findings import Finding, finding
 from ..layers.facts import ArchitectureFacts, EngineFacts
 from ..modules.inventory import ModuleInfo
+from ..resolve.producer import producer_matches
 from ..resolve.resolver import Membership
 from .profile import DeclarationError, GroupSkipped, KvError, KvTaken, LayerError, Profile
 
@@ -268,21 +269,51 @@ def group_skipped_warnings(
     return out
 
 
-def transforms_unapplied(profile: Profile, declaration: Declaration) -> list[Finding]:
-    """``transform-not-applied`` where the declaration applies transforms at run time and the
-    engine reads no ``transform_config``: the weights were rotated for activations the engine
-    never rotates."""
-    if profile.reads_transform_config or not declaration.online_transforms:
+def transforms_unapplied(
+    profile: Profile, declaration: Declaration, modules: Mapping[str, ModuleInfo]
+) -> list[Finding]:
+    """``transform-not-applied`` where the declaration rotates activations at run time and the
+    engine does not: it reads no ``transform_config``, or the transform reaches (in the
+    producer's view) a layer the engine applies none on (vLLM's routed experts, LM head)."""
+    transforms = declaration.online_transforms
+    if not transforms:
         return []
-    said = ", ".join(
-        f"{scheme} at {location}" for scheme, location in declaration.online_transforms
-    )
-    return [
-        finding(
-            "transform-not-applied",
-            f"{declaration.source}: transform_config applies transforms at run time ({said}); "
-            f"{profile.label} reads no transform_config, so the weights, written for rotated "
-            "activations, meet unrotated ones and the model computes wrong numbers without a "
-            "word",
-        )
-    ]
+    if not profile.reads_transform_config:
+        said = ", ".join(f"{t.scheme} at {t.location}" for t in transforms)
+        return [
+            finding(
+                "transform-not-applied",
+                f"{declaration.source}: transform_config applies transforms at run time "
+                f"({said}); {profile.label} reads no transform_config, so the weights, written "
+                "for rotated activations, meet unrotated ones and the model computes wrong "
+                "numbers without a word",
+            )
+        ]
+    kinds = profile.transform_layer_kinds
+    if kinds is None:
+        return []
+    out = []
+    for transform in transforms:
+        if transform.location not in ("input", "output"):
+            continue  # attention transforms (k_cache, q_attn) are not modelled
+        by_layer: dict[str, list[ModuleInfo]] = {}
+        for name in producer_matches(transform.targets, transform.ignore, modules):
+            info = modules[name]
+            if info.layer_kind not in kinds or not info.quant_config:
+                by_layer.setdefault(info.engine_name, []).append(info)
+        for layer, members in by_layer.items():
+            kind = members[0].layer_class or members[0].layer_kind
+            more = f" and {len(members) - 1} more" if len(members) > 1 else ""
+            out.append(
+                finding(
+                    "transform-not-applied",
+                    f"{layer}: {declaration.source}'s transform {transform.scheme} at "
+                    f"{transform.location} rotates {members[0].name}{more} at run time; "
+                    f"{profile.label} applies online transforms only on the Linear layers it "
+                    f"builds with the quant config, not on its {kind}: the weights, written for "
+                    "rotated activations, meet unrotated ones and the layer computes wrong "
+                    "numbers without a word",
+                    module=layer,
+                )
+            )
+    return out

@@ -65,6 +65,19 @@ def producer_view(
     return view.resolve_all(modules)
 
 
+def producer_matches(
+    targets: tuple[str, ...], ignore: tuple[str, ...], modules: Mapping[str, ModuleInfo]
+) -> list[str]:
+    """The modules compressed-tensors' matcher reaches with ``targets`` less ``ignore`` on the
+    transformers tree (as for a quantization group): what a transform was applied to."""
+    rules = CompressedTensorsRules(targets=dict.fromkeys(targets, _MATCHED), ignore=ignore)
+    view = _CompressedTensorsProducer(rules).resolve_all(modules)
+    return [name for name, membership in view.items() if membership.bucket == _MATCHED]
+
+
+_MATCHED = "matched"
+
+
 class _CompressedTensorsProducer:
     def __init__(self, rules: CompressedTensorsRules) -> None:
         self.rules = rules
