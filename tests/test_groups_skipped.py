@@ -4,8 +4,8 @@ vllm-project/vllm vllm/model_executor/layers/quantization/compressed_tensors/
 compressed_tensors.py@v0.33.0 L235-250 (the same in 0.30-0.32): ``from_config`` keeps only the
 groups that do not do attention quantization: one whose single target ends in "Attention"
 (``LlamaAttention``, as llm-compressor's attention-quantization examples write it) is skipped
-with a warning before the target map is built. SGLang keeps the group, and no layer it asks a
-quant method for has that class.
+with a warning before the target map is built. SGLang keeps the group, and fails on it: its
+weights are validated as the declaration is read.
 """
 
 from __future__ import annotations
@@ -74,5 +74,8 @@ def test_other_groups_are_kept(tmp_path: Path, targets: list[str]) -> None:
     assert "config-group-skipped" not in codes(audited(tmp_path, targets))
 
 
-def test_sglang_keeps_the_group(tmp_path: Path) -> None:
-    assert codes(audited(tmp_path, ["LlamaAttention"], engine="sglang")) == []
+def test_sglang_keeps_the_group_and_fails_on_its_missing_weights(tmp_path: Path) -> None:
+    """SGLang validates the group's weights as it reads the declaration (an attention group
+    declares none): test_ct_declaration_errors.py."""
+    report = audited(tmp_path, ["LlamaAttention"], engine="sglang")
+    assert codes(report) == ["engine-refuses-declaration"]

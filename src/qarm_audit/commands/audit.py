@@ -224,7 +224,15 @@ def _audit(
         declaration = read_declaration(checkpoint.documents)
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
-    findings.extend(declaration_refusals(profile, declaration))
+    # the engine's view: without the config groups it drops before reading the others
+    skipped = skipped_groups(profile, declaration)
+    findings.extend(group_skipped_warnings(profile, declaration, skipped))
+    engine_declaration = declaration
+    if skipped and declaration.compressed_tensors is not None:
+        kept = declaration.compressed_tensors.without_groups(frozenset(skipped))
+        schemes = {k: v for k, v in declaration.schemes.items() if k not in skipped}
+        engine_declaration = replace(declaration, compressed_tensors=kept, schemes=schemes)
+    findings.extend(declaration_refusals(profile, engine_declaration))
     findings.extend(_unread_findings(checkpoint))
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
     if modules is None:
@@ -238,13 +246,6 @@ def _audit(
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))
     findings.extend(unbuilt_bias_warnings(modules, model_config))
-    # the engine's view: without the config groups it drops before matching any layer
-    skipped = skipped_groups(profile, declaration)
-    findings.extend(group_skipped_warnings(profile, declaration, skipped))
-    engine_declaration = declaration
-    if skipped and declaration.compressed_tensors is not None:
-        kept = declaration.compressed_tensors.without_groups(frozenset(skipped))
-        engine_declaration = replace(declaration, compressed_tensors=kept)
     resolution = resolve(engine_declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)

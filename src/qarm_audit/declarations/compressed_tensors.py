@@ -150,6 +150,8 @@ def to_scheme(name: str, group: GroupScheme, global_format: str | None) -> Schem
         weight_type=w.type if w else None,
         weight_strategy=w.resolved_strategy if w else None,
         group_size=w.group_size if w and w.group_size and w.group_size > 0 else None,
+        act_order=_actorder(w) in ("group", "dynamic"),
+        actorder=_actorder(w),
         activation_bits=a.num_bits if a else None,
         activation_type=a.type if a else None,
         activation_dynamic=a.dynamic if a else None,
@@ -158,6 +160,17 @@ def to_scheme(name: str, group: GroupScheme, global_format: str | None) -> Schem
         format=fmt,
         algo=name,
     )
+
+
+def _actorder(weights: QuantArgs | None) -> str | None:
+    """``actorder`` as compressed-tensors' ``QuantizationArgs`` validates it: ``true`` is
+    ``group``, ``false`` none, a string lowered."""
+    value = weights.actorder if weights is not None else None
+    if value is True:
+        return "group"
+    if isinstance(value, str):
+        return value.lower()
+    return None
 
 
 OFFLINE_TRANSFORMS = frozenset({"weight_input", "weight_output"})

@@ -59,8 +59,12 @@ class Scheme:
     scale_format: str | None = None
     """The scale format as declared (native FP8 ``scale_fmt``, e.g. ``ue8m0``)."""
     act_order: bool = False
-    """GPTQ ``desc_act`` with groups: the columns are quantized in activation order and the
-    module ships ``g_idx``, its group per input column."""
+    """GPTQ ``desc_act`` with groups, or compressed-tensors ``actorder`` ``group`` or
+    ``dynamic``: the columns are quantized in activation order, each in the group ``g_idx``
+    names."""
+    actorder: str | None = None
+    """compressed-tensors weights' ``actorder`` as its parser reads it (``true`` is ``group``),
+    None for none or ``false``."""
     moe_dims: tuple[int, int, int] | None = None
     """gpt-oss MXFP4: config.json's (``num_local_experts``, ``hidden_size``,
     ``intermediate_size``), which the engine sizes the experts' parameters by; None where the

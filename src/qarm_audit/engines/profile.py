@@ -198,9 +198,13 @@ class DeclarationError(BaseModel):
     act_order: bool | None = None
     """Holds when a declared scheme quantizes in activation order with groups (GPTQ
     ``desc_act``) (True) or not (False)."""
+    weightless: bool | None = None
+    """Holds when a declared scheme declares no weights (a compressed-tensors group of
+    ``input_activations`` only, as an attention-quantization recipe writes) (True) or
+    declares them (False)."""
     text: str
-    """The engine's error text. Placeholders: ``{bits}``, ``{sym}``, ``{group_size}`` (the
-    first declared scheme the error holds for)."""
+    """The engine's error text. Placeholders: ``{bits}``, ``{sym}``, ``{group_size}``,
+    ``{actorder}`` (the first declared scheme the error holds for)."""
     stage: str = "before building any layer"
     """When the engine raises it."""
     source: Source = None

@@ -31,6 +31,7 @@ def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
         )
         and (error.declared_group_size_not is None or group not in error.declared_group_size_not)
         and (error.act_order is None or scheme.act_order == error.act_order)
+        and (error.weightless is None or (scheme.weight_bits is None) == error.weightless)
     )
 
 
@@ -49,6 +50,7 @@ def _holding(error: DeclarationError, declaration: Declaration) -> Scheme | bool
         error.declared_symmetric,
         error.declared_group_size_not,
         error.act_order,
+        error.weightless,
     )
     if all(condition is None for condition in per_scheme):
         return None
@@ -63,6 +65,7 @@ def _text(error: DeclarationError, scheme: Scheme | None) -> str:
         error.text.replace("{bits}", str(scheme.weight_bits))
         .replace("{sym}", str(scheme.weight_symmetric))
         .replace("{group_size}", str(group))
+        .replace("{actorder}", repr(scheme.actorder))
     )
 
 
@@ -77,6 +80,8 @@ def declaration_refusals(profile: Profile, declaration: Declaration) -> list[Fin
         what = "this declaration"
         if error.sparsity:
             what = f"a sparsity_config with targets {list(declaration.sparsity_targets)[:5]}"
+        elif scheme is not None and error.weightless:
+            what = f"config group {scheme.name!r} with no weights"
         elif scheme is not None and "{" in error.text:
             what = scheme.name
         cite = f" ({error.source})" if error.source else ""
