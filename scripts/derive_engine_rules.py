@@ -58,6 +58,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from qarm_audit.engines.profile import CITED_SECTIONS
+
 FORMAT = "qarm-engine-release/1"
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "qarm_audit" / "engines"
@@ -301,16 +303,7 @@ def _anchors(engine: str) -> list[tuple[str, str]]:
     engine's profile."""
     data = tomllib.loads((PROFILES_DIR / f"{engine}.toml").read_text("utf-8"))
     out = []
-    listed = (
-        "rules",
-        "load_errors",
-        "declaration_errors",
-        "layer_errors",
-        "kv_taken",
-        "kv_errors",
-        "groups_skipped",
-    )
-    for item in [entry for key in listed for entry in data.get(key, [])]:
+    for item in [entry for key in CITED_SECTIONS for entry in data.get(key, [])]:
         source = item.get("source")
         if not source:
             continue

@@ -183,6 +183,37 @@ def modelopt_file(
     return {"producer": {"name": "modelopt", "version": "0.39.0"}, "quantization": q}
 
 
+CT_FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
+"""compressed-tensors' FP8 per-tensor weights, as llm-compressor writes them."""
+
+
+def ct_fp8_llama(
+    root: Path,
+    *,
+    groups: dict[str, Any] | None = None,
+    tensors: Tensors | None = None,
+    config: dict[str, Any] | None = None,
+    **block: Any,
+) -> Path:
+    """A tiny Llama with compressed-tensors FP8 weights on every Linear but lm_head
+    (``group_0``), written to ``root``: ``groups`` are added to (or replace) ``group_0``,
+    ``tensors`` to the Llama's, ``config`` to config.json's keys, ``block`` to the
+    quantization_config's."""
+    group_0 = {"targets": ["Linear"], "weights": CT_FP8, "format": "float-quantized"}
+    quantization = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {"group_0": group_0, **(groups or {})},
+        "ignore": ["lm_head"],
+        **block,
+    }
+    shipped = {**llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))}
+    shipped.update(tensors or {})
+    document = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **(config or {})}
+    documents = {"config.json": {**document, "quantization_config": quantization}}
+    return write_checkpoint(root, {"model.safetensors": shipped}, documents)
+
+
 def sized(config: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     """A real checkpoint's config.json trimmed to the small model a test writes: its
     ``num_hidden_layers`` and routed-expert counts (those it states, at the top or in

@@ -16,28 +16,14 @@ from typing import Any
 
 import pytest
 
-from conftest import fp8_modelopt, llama, write_checkpoint
+from conftest import CT_FP8 as FP8
+from conftest import ct_fp8_llama
 from qarm_audit import audit
 from qarm_audit.report.model import Report
 
-FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
-
 
 def declared(root: Path, groups: dict[str, Any], engine: str = "vllm") -> Report:
-    block = {
-        "quant_method": "compressed-tensors",
-        "format": "float-quantized",
-        "config_groups": {
-            "group_0": {"targets": ["Linear"], "weights": FP8, "format": "float-quantized"},
-            **groups,
-        },
-        "ignore": ["lm_head"],
-    }
-    tensors = llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    documents = {"config.json": {**config, "quantization_config": block}}
-    folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
-    return audit(str(folder), engine=engine)
+    return audit(str(ct_fp8_llama(root, groups=groups)), engine=engine)
 
 
 def refused(report: Report) -> list[str]:

@@ -11,15 +11,14 @@ weights are validated as the declaration is read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from conftest import fp8_modelopt, llama, write_checkpoint
+from conftest import CT_FP8 as WEIGHTS
+from conftest import ct_fp8_llama
 from qarm_audit import audit
 from qarm_audit.report.model import Report
 
-WEIGHTS = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
 ACTIVATIONS = {**WEIGHTS, "dynamic": False}
 
 
@@ -27,24 +26,9 @@ def audited(root: Path, attention_targets: list[str], engine: str = "vllm") -> R
     """FP8 weights on every Linear, and a group of ``attention_targets`` quantizing the
     attention's inputs; q/k/v scales shipped on each attention module, as llm-compressor
     writes them."""
-    groups: dict[str, Any] = {
-        "group_0": {"targets": ["Linear"], "weights": WEIGHTS, "format": "float-quantized"},
-        "attention": {"targets": attention_targets, "input_activations": ACTIVATIONS},
-    }
-    block = {
-        "quant_method": "compressed-tensors",
-        "format": "float-quantized",
-        "config_groups": groups,
-        "ignore": ["lm_head"],
-    }
-    tensors = llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))
-    for n in range(2):
-        for x in "qkv":
-            tensors[f"model.layers.{n}.self_attn.{x}_scale"] = ("F32", ())
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    documents = {"config.json": {**config, "quantization_config": block}}
-    folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
-    return audit(str(folder), engine=engine)
+    groups = {"attention": {"targets": attention_targets, "input_activations": ACTIVATIONS}}
+    scales = {f"model.layers.{n}.self_attn.{x}_scale": ("F32", ()) for n in range(2) for x in "qkv"}
+    return audit(str(ct_fp8_llama(root, groups=groups, tensors=scales)), engine=engine)
 
 
 def codes(report: Report) -> list[str]:

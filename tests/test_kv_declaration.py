@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import fp8_modelopt, llama, write_checkpoint
+from conftest import ct_fp8_llama
 from qarm_audit import audit
 from qarm_audit.report.model import Report
 
@@ -28,20 +28,7 @@ def declared(
     root: Path, kv: dict[str, Any], engine: str = "vllm", architecture: str = "LlamaForCausalLM"
 ) -> Report:
     """compressed-tensors FP8 weights over a tiny Llama, with ``kv`` as its kv_cache_scheme."""
-    weights = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
-    block = {
-        "quant_method": "compressed-tensors",
-        "format": "float-quantized",
-        "config_groups": {
-            "group_0": {"targets": ["Linear"], "weights": weights, "format": "float-quantized"}
-        },
-        "ignore": ["lm_head"],
-        "kv_cache_scheme": kv,
-    }
-    tensors = llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))
-    config = {"model_type": "llama", "architectures": [architecture]}
-    documents = {"config.json": {**config, "quantization_config": block}}
-    folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
+    folder = ct_fp8_llama(root, config={"architectures": [architecture]}, kv_cache_scheme=kv)
     return audit(str(folder), engine=engine)
 
 

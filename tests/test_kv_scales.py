@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import fp8_modelopt, llama, modelopt_file, write_checkpoint
+from conftest import ct_fp8_llama, fp8_modelopt, llama, modelopt_file, write_checkpoint
 from qarm_audit import audit
 from qarm_audit.report.model import Report
 
@@ -50,27 +50,9 @@ def compressed_tensors(
 ) -> Report:
     """compressed-tensors FP8 weights and an FP8 KV cache of ``strategy``; the scales on the
     attention module, as llm-compressor writes them."""
-    weights = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
-    block = {
-        "quant_method": "compressed-tensors",
-        "format": "float-quantized",
-        "config_groups": {
-            "group_0": {"targets": ["Linear"], "weights": weights, "format": "float-quantized"}
-        },
-        "ignore": ["lm_head"],
-        "kv_cache_scheme": {
-            "num_bits": 8,
-            "type": "float",
-            "strategy": strategy,
-            "symmetric": True,
-        },
-    }
-    tensors = {**llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False)), **scales}
-    config: dict[str, Any] = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    if kv_heads is not None:
-        config["num_key_value_heads"] = kv_heads
-    documents = {"config.json": {**config, "quantization_config": block}}
-    folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
+    kv = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True}
+    config = {"num_key_value_heads": kv_heads} if kv_heads is not None else {}
+    folder = ct_fp8_llama(root, tensors=scales, config=config, kv_cache_scheme=kv)
     return audit(str(folder), engine=engine)
 
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, fp8_modelopt, llama, write_checkpoint
+from conftest import CT_FP8 as WEIGHTS
+from conftest import REPO, ct_fp8_llama, fp8_modelopt, llama, write_checkpoint
 from qarm_audit import audit
 from qarm_audit.report.model import Report
-
-WEIGHTS = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
 
 
 def quip(online: bool) -> dict[str, Any]:
@@ -40,19 +39,7 @@ def quip(online: bool) -> dict[str, Any]:
 
 
 def audited(root: Path, transform_config: Any, engine: str) -> Report:
-    block = {
-        "quant_method": "compressed-tensors",
-        "format": "float-quantized",
-        "config_groups": {
-            "group_0": {"targets": ["Linear"], "weights": WEIGHTS, "format": "float-quantized"}
-        },
-        "ignore": ["lm_head"],
-        "transform_config": transform_config,
-    }
-    tensors = llama(2, lambda m, o, i: fp8_modelopt(m, o, i, input_scale=False))
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    documents = {"config.json": {**config, "quantization_config": block}}
-    folder = write_checkpoint(root, {"model.safetensors": tensors}, documents)
+    folder = ct_fp8_llama(root, transform_config=transform_config)
     return audit(str(folder), engine=engine)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Strict, field_validator
@@ -180,18 +181,30 @@ applied to activations at run time (``TransformLocation.is_online``)."""
 
 def online_transforms(config: Any) -> tuple[OnlineTransform, ...]:
     """Each online transform of a ``transform_config``, read as written (a string target or
-    ignore stands for a list of one, as compressed-tensors reads it); anything not shaped as
-    compressed-tensors writes it is skipped."""
+    ignore stands for a list of one, as compressed-tensors reads it)."""
+    return tuple(
+        OnlineTransform(name, location, _strings(args.get("targets")), _strings(args.get("ignore")))
+        for name, location, args in _applied(config)
+        if location not in OFFLINE_TRANSFORMS
+    )
+
+
+def transform_leaves(config: Any) -> frozenset[str]:
+    """The submodule names a ``transform_config``'s transforms are saved under,
+    ``<scheme>_<location>`` (``v_input``: ``<module>.v_input.weight``), online or fused."""
+    return frozenset(f"{name}_{location}" for name, location, _ in _applied(config))
+
+
+def _applied(config: Any) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(scheme, location, the entry) of each ``apply`` entry of a ``transform_config``;
+    anything not shaped as compressed-tensors writes it is skipped."""
     groups = config.get("config_groups") if isinstance(config, dict) else None
-    out: list[OnlineTransform] = []
     for name, scheme in (groups if isinstance(groups, dict) else {}).items():
         applied = scheme.get("apply") if isinstance(scheme, dict) else None
         for args in applied if isinstance(applied, list) else []:
             location = args.get("location") if isinstance(args, dict) else None
-            if isinstance(location, str) and location not in OFFLINE_TRANSFORMS:
-                targets, ignore = _strings(args.get("targets")), _strings(args.get("ignore"))
-                out.append(OnlineTransform(str(name), location, targets, ignore))
-    return tuple(out)
+            if isinstance(location, str):
+                yield str(name), location, args
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -200,17 +213,3 @@ def _strings(value: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(v for v in value if isinstance(v, str))
     return ()
-
-
-def transform_leaves(config: Any) -> frozenset[str]:
-    """The submodule names a ``transform_config``'s transforms are saved under,
-    ``<scheme>_<location>`` (``v_input``: ``<module>.v_input.weight``), online or fused."""
-    groups = config.get("config_groups") if isinstance(config, dict) else None
-    out: set[str] = set()
-    for name, scheme in (groups if isinstance(groups, dict) else {}).items():
-        applied = scheme.get("apply") if isinstance(scheme, dict) else None
-        for args in applied if isinstance(applied, list) else []:
-            location = args.get("location") if isinstance(args, dict) else None
-            if isinstance(location, str):
-                out.add(f"{name}_{location}")
-    return frozenset(out)

@@ -376,6 +376,19 @@ def _fill(text: str, release: str, commit: str) -> str:
     return text.replace("{release}", release).replace("{commit}", commit)
 
 
+CITED_SECTIONS = (
+    "rules",
+    "load_errors",
+    "declaration_errors",
+    "layer_errors",
+    "kv_taken",
+    "kv_errors",
+    "groups_skipped",
+)
+"""The profile's lists of engine facts: each entry cites the engine's source and is kept for
+a release only where its anchors are in that release's wheel."""
+
+
 def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """A profile template (``{release}``, ``{commit}``, rules gated on ``facts``, citations by
     ``anchor``) made into one release's profile."""
@@ -407,16 +420,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
             ).strip()
         return entry
 
-    listed = (
-        "rules",
-        "load_errors",
-        "declaration_errors",
-        "layer_errors",
-        "kv_taken",
-        "kv_errors",
-        "groups_skipped",
-    )
-    out = {k: v for k, v in data.items() if k not in listed}
+    out = {k: v for k, v in data.items() if k not in CITED_SECTIONS}
     # a setting whose values differ per release takes them from the release's facts
     out["env"] = {
         key: _release_choices(setting, known, where) for key, setting in data.get("env", {}).items()
@@ -430,7 +434,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     out["commit"] = commit
     out["rules"] = [r for r in map(item, data.get("rules", [])) if r is not None]
     out["load_errors"] = [q for q in map(item, data.get("load_errors", [])) if q is not None]
-    for key in ("declaration_errors", "layer_errors", "kv_taken", "kv_errors", "groups_skipped"):
+    for key in CITED_SECTIONS[2:]:
         out[key] = [d for d in map(item, data.get(key, [])) if d is not None]
     return out
 
