@@ -212,6 +212,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "some attention layers ship no KV scale, or only one of k and v; the engine fills in",
     ),
+    "kv-scales-unloaded": (
+        Severity.WARNING,
+        "a quantized KV cache is declared and its shipped k/v scales are not loaded: the engine "
+        "quantizes the KV cache with scales of 1.0",
+    ),
     "kv-cache-ignored": (
         Severity.WARNING,
         "the engine ignores the declared KV-cache quantization: its KV cache is the model's dtype",

@@ -21,13 +21,11 @@ from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
+from ..engines.kv_cache import kv_cache_ignored, kv_cache_refusals, kv_fate, kv_scales_unloaded
 from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..engines.refusals import (
     declaration_refusals,
     group_skipped_warnings,
-    kv_cache_ignored,
-    kv_cache_refusals,
-    kv_not_taken,
     layer_refusals,
     skipped_groups,
     transforms_unapplied,
@@ -300,17 +298,19 @@ def _audit(
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
     findings.extend(kv_cache_ignored(profile, declaration))
-    not_taken = kv_not_taken(profile, declaration)
-    if not_taken is None:
+    fate = kv_fate(profile, declaration)
+    if not fate.ignored:
         findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
+    # a KV cache quantized without a KV-cache method: the shipped scales are never loaded
+    findings.extend(kv_scales_unloaded(profile, declaration, kv_shipped))
     # an ignored KV cache is the model's dtype: only a scale that fails the load still matters,
     # where the engine loads the scales at all
-    if not_taken is None or not_taken.scales_loaded:
+    if fate.scales_loaded:
         kv_heads = kv_heads_of(dict(model_config.values))
         scale_findings = kv_scale_findings(
             declaration, modules, profile.kv_scales_filled_in, kv_heads
         )
-        findings.extend(f for f in scale_findings if not_taken is None or f.code in LOAD_FAILS_KV)
+        findings.extend(f for f in scale_findings if not fate.ignored or f.code in LOAD_FAILS_KV)
     findings.extend(_input_scale_notes(declaration, alike))
     # the engine's own words, for every finding it has them for (KV scales included)
     findings = quote_load_errors(profile, declaration, modules, memberships, findings)

@@ -71,7 +71,8 @@ class KvDeclaration:
     written: tuple[tuple[str, Any], ...] = ()
     """compressed-tensors' ``kv_cache_scheme`` keys an engine reads, with their JSON values as
     written (None for a key not written): vLLM checks the raw mapping, without the defaults
-    a parser fills in."""
+    a parser fills in. For a flat ModelOpt declaration, what decides whether an engine builds
+    a KV-cache method for it (``_modelopt_kv_written``)."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,11 @@ def _modelopt_declaration(
     notes = _unknown_keys(model, candidate.where)
     algo = norm.quant_algo
     producer = norm.producer.name if norm.producer else None
-    kv = KvDeclaration(norm.kv_algo, candidate.where) if norm.kv_algo else None
+    kv = (
+        KvDeclaration(norm.kv_algo, candidate.where, written=mo.kv_written(candidate.block))
+        if norm.kv_algo
+        else None
+    )
     if not algo:
         return Declaration(
             "unreadable",

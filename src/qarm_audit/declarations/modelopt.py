@@ -146,6 +146,24 @@ def kv_algo_of_scheme(scheme: dict[str, Any] | str | None) -> str | None:
     return f"{scheme.get('type')}{scheme.get('num_bits')}"
 
 
+def kv_written(block: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What a flat ModelOpt declaration writes that an engine's quant config reads to decide
+    whether it builds a KV-cache method: whether ``kv_cache_scheme`` is a ``mapping`` (then its
+    ``type`` and ``num_bits``), ``other`` (a string) or ``absent``, and whether a
+    ``kv_cache_quant_algo`` is written (as Python tests it). Nothing for a nested one."""
+    if isinstance(block.get("quantization"), dict):
+        return ()
+    scheme = block.get("kv_cache_scheme")
+    kind = "mapping" if isinstance(scheme, dict) else "absent" if scheme is None else "other"
+    mapping = scheme if isinstance(scheme, dict) else {}
+    return (
+        ("kv_cache_scheme", kind),
+        ("type", mapping.get("type")),
+        ("num_bits", mapping.get("num_bits")),
+        ("kv_cache_quant_algo", bool(block.get("kv_cache_quant_algo"))),
+    )
+
+
 _GROUP_SIZE: TypeAdapter[int] = TypeAdapter(GroupSize)
 
 

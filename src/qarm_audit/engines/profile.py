@@ -224,10 +224,43 @@ class KvTaken(BaseModel):
     dynamic: bool = False
     scales_loaded: bool = False
     """The engine still builds its KV-cache method for any other form and loads the shipped
-    scales, unused: a scale it cannot load still fails the load."""
+    scales, unused: a scale it cannot load still fails the load (not where a
+    :class:`KvUnbuilt` entry says it builds no method for the declaration)."""
     note: str
     """What the engine does with any other, in its own terms; ``{algo}`` is the declared
     algorithm."""
+    scales_note: str = ""
+    """Where ``scales_loaded``, what the engine does with the shipped scales (added to the note
+    where it builds its KV-cache method)."""
+    source: Source = None
+
+
+class KvUnbuilt(BaseModel):
+    """A producer's KV-cache declaration for which the engine's quant config builds no
+    KV-cache method: no k/v scale parameter exists, so the shipped scales are not loaded. Where
+    the engine still sets its KV-cache dtype from the declaration, it quantizes the KV cache
+    with the attention layers' default scales of 1.0 (``kv-scales-unloaded``); else the KV
+    cache is the model's dtype (``kv-cache-ignored``). The config builds the method where the
+    declaration's ``kv_cache_scheme`` is a mapping whose ``[type, num_bits]`` is among
+    ``mapping_builds`` (compared as Python compares them; None: any mapping), or, where it is
+    no mapping and ``otherwise_algo_key``, where a ``kv_cache_quant_algo`` is written (as
+    Python tests it)."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    algo: list[str]
+    """The declared ``quant_algo`` (upper case) whose quant config decides this way."""
+    declaration_form: list[str]
+    """``flat`` (config.json's ``quantization_config``) or ``nested``."""
+    mapping_builds: list[list[Any]] | None = None
+    otherwise_algo_key: bool = False
+    dtype_from_declaration: bool
+    """The engine sets its KV-cache dtype from the declaration itself, without the quant
+    config's reading (vLLM); else from that reading, so without a method the KV cache is the
+    model's dtype (SGLang)."""
+    note: str
+    """What the engine does, in its own terms."""
     source: Source = None
 
 
@@ -310,6 +343,7 @@ class Profile(BaseModel):
     layer_errors: list[LayerError] = Field(default_factory=list)
     kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_errors: list[KvError] = Field(default_factory=list)
+    kv_unbuilt: list[KvUnbuilt] = Field(default_factory=list)
     groups_skipped: list[GroupSkipped] = Field(default_factory=list)
     reads_transform_config: bool = True
     """Whether the engine reads a compressed-tensors ``transform_config`` at all (SGLang does
@@ -383,6 +417,7 @@ CITED_SECTIONS = (
     "layer_errors",
     "kv_taken",
     "kv_errors",
+    "kv_unbuilt",
     "groups_skipped",
 )
 """The profile's lists of engine facts: each entry cites the engine's source and is kept for

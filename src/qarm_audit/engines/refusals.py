@@ -1,19 +1,18 @@
 """What the engine refuses or ignores outside the arm line: a declaration as a whole, before it
 builds any layer; a layer of a kind the arm line does not cover (an embedding) declared with a
-scheme the engine does not take there; a KV-cache declaration in a form it does not build."""
+scheme the engine does not take there; config groups it drops; transforms it does not apply.
+The declared KV cache is :mod:`.kv_cache`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from ..declarations import CompressedTensorsRules, Declaration, KvDeclaration, Scheme
+from ..declarations import CompressedTensorsRules, Declaration, Scheme
 from ..findings import Finding, finding
-from ..layers.facts import ArchitectureFacts, EngineFacts
 from ..modules.inventory import ModuleInfo
 from ..resolve.producer import producer_matches
 from ..resolve.resolver import Membership
-from .profile import DeclarationError, GroupSkipped, KvError, KvTaken, LayerError, Profile
+from .profile import DeclarationError, GroupSkipped, LayerError, Profile
 
 
 def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
@@ -137,106 +136,6 @@ def layer_refusals(
                 )
             )
     return out
-
-
-def kv_not_taken(profile: Profile, declaration: Declaration) -> KvTaken | None:
-    """The profile's entry for the declared KV cache's producer where the engine does not take
-    the declared form, else None."""
-    kv = declaration.kv
-    if kv is None:
-        return None
-    for taken in profile.kv_taken:
-        if (declaration.method or "") in taken.producer and not _kv_taken(taken, kv):
-            return taken
-    return None
-
-
-def kv_cache_ignored(profile: Profile, declaration: Declaration) -> list[Finding]:
-    """``kv-cache-ignored`` where the profile says the engine takes a producer's KV-cache
-    declaration only in some forms and the declared one is not among them."""
-    kv = declaration.kv
-    taken = kv_not_taken(profile, declaration)
-    if kv is None or taken is None:
-        return []
-    cite = f" ({taken.source})" if taken.source else ""
-    return [
-        finding(
-            "kv-cache-ignored",
-            f"{kv.where} declares a KV cache of {_kv_said(kv)}; {profile.label} "
-            f"{taken.note.replace('{algo}', kv.algo)}{cite}",
-        )
-    ]
-
-
-def _kv_taken(taken: KvTaken, kv: KvDeclaration) -> bool:
-    return (
-        kv.algo.upper() in {algo.upper() for algo in taken.algo}
-        and (kv.strategy or "") in taken.strategy
-        and kv.symmetric == taken.symmetric
-        and kv.dynamic == taken.dynamic
-    )
-
-
-def kv_cache_refusals(
-    profile: Profile, declaration: Declaration, facts: EngineFacts | None, architecture: str
-) -> list[Finding]:
-    """``engine-refuses-declaration`` for the first of the profile's KV-cache checks that the
-    declared KV cache fails, where the model builds a layer the checks run for."""
-    kv = declaration.kv
-    if kv is None:
-        return []
-    arch = facts.architectures.get(architecture) if facts is not None else None
-    written = dict(kv.written)
-    for error in profile.kv_errors:
-        if (declaration.method or "") not in error.producer:
-            continue
-        if facts is not None and arch is not None and not _builds(facts, arch, error.layer_class):
-            continue
-        if _read(error, written) in error.accepts:
-            continue
-        strategy = written.get("strategy")
-        text = error.text.format_map(
-            {
-                **{key: written.get(key) for key in ("num_bits", "type", "strategy", "symmetric")},
-                "strategy_enum": f"QuantizationStrategy.{str(strategy).upper()}",
-            }
-        )
-        cite = f" ({error.source})" if error.source else ""
-        return [
-            finding(
-                "engine-refuses-declaration",
-                f"{kv.where} declares a KV cache of {_kv_said(kv)}; {profile.label} refuses it "
-                f'{error.stage}: "{text}"{cite}',
-            )
-        ]
-    return []
-
-
-def _read(error: KvError, written: Mapping[str, Any]) -> Any:
-    if error.reads == "type_bits":
-        return [written.get("type"), written.get("num_bits")]
-    if error.reads == "symmetric":
-        return bool(written.get("symmetric"))  # as Python tests it: ``if not is_symmetric``
-    return written.get(error.reads)
-
-
-def _builds(facts: EngineFacts, arch: ArchitectureFacts, layer_class: str) -> bool:
-    """Whether the model surely builds, with its quant config, a layer of ``layer_class``: at
-    some path every class the facts know for it is one (DeepSeek's attention is MLA or not by
-    the engine's settings, and its MLA layer takes no KV-cache method)."""
-    by_path: dict[tuple[str, ...], list[bool]] = {}
-    for fact in arch.layers.get("attn", ()):
-        sure = fact.quant_config == "passed" and facts.is_subclass(fact.cls, layer_class)
-        by_path.setdefault(fact.paths, []).append(sure)
-    return any(all(sure) for sure in by_path.values())
-
-
-def _kv_said(kv: KvDeclaration) -> str:
-    if kv.strategy is None and not kv.written:
-        return kv.algo  # a ModelOpt algorithm names nothing more
-    said = f"{kv.algo}, strategy {kv.strategy or 'unstated'}"
-    said += ", symmetric" if kv.symmetric else ", asymmetric"
-    return said + (", dynamic" if kv.dynamic else ", static")
 
 
 def skipped_groups(

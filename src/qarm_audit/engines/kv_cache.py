@@ -1,0 +1,195 @@
+"""What the engine makes of a declared KV cache: whether it takes the declared form as its
+KV-cache dtype, whether its quant config builds the KV-cache method that loads the shipped
+scales, and the checks it raises for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..declarations import Declaration, KvDeclaration
+from ..findings import Finding, finding
+from ..layers.facts import ArchitectureFacts, EngineFacts
+from .profile import KvError, KvTaken, KvUnbuilt, Profile
+
+
+@dataclass(frozen=True)
+class KvFate:
+    """The engine's reading of a declared KV cache."""
+
+    not_taken: KvTaken | None = None
+    """The profile's entry where the engine does not take the declared form as a KV-cache
+    dtype."""
+    unbuilt: KvUnbuilt | None = None
+    """The profile's entry where its quant config builds no KV-cache method for it."""
+
+    @property
+    def ignored(self) -> bool:
+        """The KV cache is the model's dtype (with ``--kv-cache-dtype auto``)."""
+        return self.not_taken is not None or (
+            self.unbuilt is not None and not self.unbuilt.dtype_from_declaration
+        )
+
+    @property
+    def scales_loaded(self) -> bool:
+        """The shipped k/v scales are loaded (so one that cannot be fails the load)."""
+        return self.unbuilt is None and (self.not_taken is None or self.not_taken.scales_loaded)
+
+
+def kv_fate(profile: Profile, declaration: Declaration) -> KvFate:
+    return KvFate(kv_not_taken(profile, declaration), kv_unbuilt(profile, declaration))
+
+
+def kv_not_taken(profile: Profile, declaration: Declaration) -> KvTaken | None:
+    """The profile's entry for the declared KV cache's producer where the engine does not take
+    the declared form, else None."""
+    kv = declaration.kv
+    if kv is None:
+        return None
+    for taken in profile.kv_taken:
+        if (declaration.method or "") in taken.producer and not _kv_taken(taken, kv):
+            return taken
+    return None
+
+
+def _kv_taken(taken: KvTaken, kv: KvDeclaration) -> bool:
+    return (
+        kv.algo.upper() in {algo.upper() for algo in taken.algo}
+        and (kv.strategy or "") in taken.strategy
+        and kv.symmetric == taken.symmetric
+        and kv.dynamic == taken.dynamic
+    )
+
+
+def kv_unbuilt(profile: Profile, declaration: Declaration) -> KvUnbuilt | None:
+    """The profile's entry where the engine's quant config builds no KV-cache method for the
+    declared KV cache, else None."""
+    kv = declaration.kv
+    if kv is None:
+        return None
+    written = dict(kv.written)
+    for unbuilt in profile.kv_unbuilt:
+        if (
+            (declaration.method or "") in unbuilt.producer
+            and (declaration.algo or "").upper() in unbuilt.algo
+            and declaration.form in unbuilt.declaration_form
+            and "kv_cache_scheme" in written
+            and not _method_built(unbuilt, written)
+        ):
+            return unbuilt
+    return None
+
+
+def _method_built(unbuilt: KvUnbuilt, written: Mapping[str, Any]) -> bool:
+    if written["kv_cache_scheme"] == "mapping":
+        pair = [written.get("type"), written.get("num_bits")]
+        return unbuilt.mapping_builds is None or pair in unbuilt.mapping_builds
+    return unbuilt.otherwise_algo_key and bool(written.get("kv_cache_quant_algo"))
+
+
+def kv_cache_ignored(profile: Profile, declaration: Declaration) -> list[Finding]:
+    """``kv-cache-ignored`` where the engine's KV cache is the model's dtype whatever the
+    declaration says: its dtype mapping does not take the declared form, or its quant config
+    reads no KV algorithm from it (where the dtype comes from that same reading)."""
+    kv = declaration.kv
+    fate = kv_fate(profile, declaration)
+    if kv is None or not fate.ignored:
+        return []
+    said = f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; {profile.label} "
+    unbuilt, taken = fate.unbuilt, fate.not_taken
+    built = f"; it {unbuilt.note}{_cite(unbuilt.source)}" if unbuilt is not None else ""
+    if taken is None:
+        assert unbuilt is not None
+        text = (
+            f"{unbuilt.note}, and takes its KV-cache dtype from that same reading: with "
+            f"--kv-cache-dtype auto the KV cache is the model's dtype{_cite(unbuilt.source)}"
+        )
+    else:
+        scales = f"; {taken.scales_note}" if taken.scales_loaded and taken.scales_note else ""
+        text = f"{taken.note.replace('{algo}', kv.algo)}{_cite(taken.source)}{built or scales}"
+    return [finding("kv-cache-ignored", said + text)]
+
+
+def kv_scales_unloaded(profile: Profile, declaration: Declaration, shipped: int) -> list[Finding]:
+    """``kv-scales-unloaded`` where the engine takes the declared KV cache as its KV-cache
+    dtype, builds no KV-cache method for it, and k/v scales are shipped."""
+    kv = declaration.kv
+    fate = kv_fate(profile, declaration)
+    if kv is None or fate.unbuilt is None or fate.ignored or not shipped:
+        return []
+    return [
+        finding(
+            "kv-scales-unloaded",
+            f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)} for "
+            f"{declaration.algo} and {shipped} k/v scales are shipped; {profile.label} "
+            f"{fate.unbuilt.note}, while it still sets its KV-cache dtype from the declaration: "
+            "the KV cache is quantized with the attention layers' default scales of 1.0"
+            f"{_cite(fate.unbuilt.source)}",
+        )
+    ]
+
+
+def kv_cache_refusals(
+    profile: Profile, declaration: Declaration, facts: EngineFacts | None, architecture: str
+) -> list[Finding]:
+    """``engine-refuses-declaration`` for the first of the profile's KV-cache checks that the
+    declared KV cache fails, where the model builds a layer the checks run for."""
+    kv = declaration.kv
+    if kv is None:
+        return []
+    arch = facts.architectures.get(architecture) if facts is not None else None
+    written = dict(kv.written)
+    for error in profile.kv_errors:
+        if (declaration.method or "") not in error.producer:
+            continue
+        if facts is not None and arch is not None and not _builds(facts, arch, error.layer_class):
+            continue
+        if _read(error, written) in error.accepts:
+            continue
+        strategy = written.get("strategy")
+        text = error.text.format_map(
+            {
+                **{key: written.get(key) for key in ("num_bits", "type", "strategy", "symmetric")},
+                "strategy_enum": f"QuantizationStrategy.{str(strategy).upper()}",
+            }
+        )
+        return [
+            finding(
+                "engine-refuses-declaration",
+                f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; "
+                f'{profile.label} refuses it {error.stage}: "{text}"{_cite(error.source)}',
+            )
+        ]
+    return []
+
+
+def _read(error: KvError, written: Mapping[str, Any]) -> Any:
+    if error.reads == "type_bits":
+        return [written.get("type"), written.get("num_bits")]
+    if error.reads == "symmetric":
+        return bool(written.get("symmetric"))  # as Python tests it: ``if not is_symmetric``
+    return written.get(error.reads)
+
+
+def _builds(facts: EngineFacts, arch: ArchitectureFacts, layer_class: str) -> bool:
+    """Whether the model surely builds, with its quant config, a layer of ``layer_class``: at
+    some path every class the facts know for it is one (DeepSeek's attention is MLA or not by
+    the engine's settings, and its MLA layer takes no KV-cache method)."""
+    by_path: dict[tuple[str, ...], list[bool]] = {}
+    for fact in arch.layers.get("attn", ()):
+        sure = fact.quant_config == "passed" and facts.is_subclass(fact.cls, layer_class)
+        by_path.setdefault(fact.paths, []).append(sure)
+    return any(all(sure) for sure in by_path.values())
+
+
+def _kv_said(kv: KvDeclaration, declaration: Declaration) -> str:
+    if declaration.method == "modelopt" or (kv.strategy is None and not kv.written):
+        return kv.algo  # a ModelOpt algorithm names nothing more
+    said = f"{kv.algo}, strategy {kv.strategy or 'unstated'}"
+    said += ", symmetric" if kv.symmetric else ", asymmetric"
+    return said + (", dynamic" if kv.dynamic else ", static")
+
+
+def _cite(source: str | None) -> str:
+    return f" ({source})" if source else ""

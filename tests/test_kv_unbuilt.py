@@ -1,0 +1,190 @@
+"""A declared KV cache for which the engine's quant config builds no KV-cache method.
+
+vLLM 0.30-0.33 (vllm-project/vllm vllm/model_executor/layers/quantization/modelopt.py,
+``ModelOptQuantConfigBase.from_config`` and ``ModelOptMixedPrecisionConfig.get_quant_method``):
+from config.json's flat form a KV algorithm is taken only from a ``kv_cache_scheme`` mapping of
+type float and 8 bits, and the mixed-precision config builds its KV-cache method only where it
+took one; the single-algorithm configs build it for every attention layer. The KV-cache dtype is
+set apart from that (``get_kv_cache_quant_algo_string`` in ``vllm/utils/torch_utils.py``), from
+the scheme string too, so the KV cache is quantized while the shipped scales have no parameter
+(``maybe_remap_kv_scale_name``: "... is not loaded.") and stay 1.0.
+
+SGLang 0.5.22-0.5.23 (sgl-project/sglang python/sglang/srt/layers/quantization/modelopt_quant.py
+``ModelOptFp8Config.from_config``, ``ModelOptMixedPrecisionConfig.from_config``): where
+``kv_cache_scheme`` is no mapping both read ``kv_cache_quant_algo``, and the KV-cache dtype comes
+from that same reading (``srt/mem_cache/kv_cache_dtype.py``): no method, no quantized KV cache.
+
+ModelOpt 0.47 writes an FP8 KV cache as a mapping and an NVFP4 one as the bare string
+``"NVFP4"`` (fixtures/producers/modelopt-mixed-fp8kv, -mixed-nvfp4kv).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, fp8_modelopt, llama, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.report.model import Report
+
+CORPUS = REPO / "fixtures" / "producers"
+VLLM = ["vllm==0.30.0", "vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0"]
+SGLANG = ["sglang==0.5.22", "sglang==0.5.23"]
+ATTENTION = [f"model.layers.{n}.self_attn" for n in range(2)]
+
+
+def scales(shape: tuple[int, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for attention in ATTENTION:
+        out[f"{attention}.k_proj.k_scale"] = ("F32", shape)
+        out[f"{attention}.v_proj.v_scale"] = ("F32", shape)
+    return out
+
+
+def flat(root: Path, algo: str, kv: dict[str, Any], shipped: dict[str, Any], engine: str) -> Report:
+    """ModelOpt FP8 projections declared in config.json's flat form as ``algo`` (every
+    projection listed FP8 under MIXED_PRECISION), with the KV-cache keys ``kv``."""
+    tensors = {**llama(2, fp8_modelopt), **shipped}
+    block: dict[str, Any] = {
+        "quant_method": "modelopt",
+        "quant_algo": algo,
+        "ignore": ["lm_head"],
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+        **kv,
+    }
+    if algo == "MIXED_PRECISION":
+        block["quantized_layers"] = {
+            name.removesuffix(".weight"): {"quant_algo": "FP8"}
+            for name, (dtype, _) in tensors.items()
+            if dtype == "F8_E4M3"
+        }
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "quantization_config": block,
+    }
+    folder = write_checkpoint(root, {"model.safetensors": tensors}, {"config.json": config})
+    return audit(str(folder), engine=engine, gpu="sm100")
+
+
+def codes(report: Report) -> list[str]:
+    return sorted(f.code for f in [*report.refusals, *report.warnings] if f.code.startswith("kv-"))
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_vllm_drops_the_scales_of_a_modelopt_mixed_nvfp4_kv_cache(engine: str) -> None:
+    report = audit(str(CORPUS / "modelopt-mixed-nvfp4kv"), engine=engine, gpu="sm100")
+    assert [(f.code, f.severity) for f in report.warnings] == [("kv-scales-unloaded", "warning")]
+    assert report.refusals == []
+    message = report.warnings[0].message
+    assert message.startswith(
+        "config.json: quantization_config declares a KV cache of NVFP4 for MIXED_PRECISION "
+        f"and 4 k/v scales are shipped; vllm v{engine.split('==')[1]} builds no KV-cache method"
+    )
+    assert "the KV cache is quantized with the attention layers' default scales of 1.0" in message
+    assert "vllm/model_executor/layers/quantization/modelopt.py@" in message
+
+
+@pytest.mark.parametrize("engine", SGLANG)
+def test_sglang_reads_no_kv_algorithm_from_the_nvfp4_string(engine: str) -> None:
+    report = audit(str(CORPUS / "modelopt-mixed-nvfp4kv"), engine=engine, gpu="sm100")
+    assert [f.code for f in report.warnings] == ["kv-cache-ignored"]
+    message = report.warnings[0].message
+    assert "the KV cache stays in the model's dtype" in message
+    assert "; it builds no KV-cache method for it: ModelOptMixedPrecisionConfig" in message
+    assert "still built" not in message
+
+
+@pytest.mark.parametrize("engine", [*VLLM, *SGLANG])
+def test_a_modelopt_mixed_fp8_kv_cache_mapping_builds_the_method(engine: str) -> None:
+    report = audit(str(CORPUS / "modelopt-mixed-fp8kv"), engine=engine, gpu="sm100")
+    assert report.verdict == "clean", [*report.refusals, *report.warnings]
+
+
+def test_the_method_is_built_for_a_mapping_of_float_8_only(tmp_path: Path) -> None:
+    fp8 = {"kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}
+    assert codes(flat(tmp_path / "fp8", "MIXED_PRECISION", fp8, scales(), "vllm")) == []
+    fp4 = {"kv_cache_scheme": {"num_bits": 4, "type": "float"}}
+    assert codes(flat(tmp_path / "fp4", "MIXED_PRECISION", fp4, scales(), "vllm")) == [
+        "kv-scales-unloaded"
+    ]
+    # the flat form's kv_cache_quant_algo is not read for the method at all
+    key = {"kv_cache_quant_algo": "FP8"}
+    assert codes(flat(tmp_path / "key", "MIXED_PRECISION", key, scales(), "vllm")) == [
+        "kv-scales-unloaded"
+    ]
+    # nested (hf_quant_config.json's shape) reads kv_cache_quant_algo: built
+    nested = write_checkpoint(
+        tmp_path / "nested",
+        {"model.safetensors": {**llama(2, fp8_modelopt), **scales()}},
+        {
+            "config.json": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+            "hf_quant_config.json": {
+                "producer": {"name": "modelopt", "version": "0.47.0"},
+                "quantization": {
+                    "quant_algo": "MIXED_PRECISION",
+                    "kv_cache_quant_algo": "NVFP4",
+                    "exclude_modules": ["lm_head"],
+                    "quantized_layers": {
+                        f"model.layers.{n}.{part}": {"quant_algo": "FP8"}
+                        for n in range(2)
+                        for part in (
+                            "self_attn.q_proj",
+                            "self_attn.k_proj",
+                            "self_attn.v_proj",
+                            "self_attn.o_proj",
+                            "mlp.gate_proj",
+                            "mlp.up_proj",
+                            "mlp.down_proj",
+                        )
+                    },
+                },
+            },
+        },
+    )
+    assert codes(audit(str(nested), engine="vllm", gpu="sm100")) == []
+
+
+def test_a_single_algorithm_config_builds_the_method_whatever_the_form(tmp_path: Path) -> None:
+    nvfp4 = {"kv_cache_scheme": "NVFP4"}
+    assert codes(flat(tmp_path / "v", "FP8", nvfp4, scales(), "vllm")) == []
+
+
+def test_unloaded_scales_are_not_checked_and_none_shipped_is_missing(tmp_path: Path) -> None:
+    nvfp4 = {"kv_cache_scheme": "NVFP4"}
+    misshapen = flat(tmp_path / "shape", "MIXED_PRECISION", nvfp4, scales((8,)), "vllm")
+    assert codes(misshapen) == ["kv-scales-unloaded"]
+    assert codes(flat(tmp_path / "none", "MIXED_PRECISION", nvfp4, {}, "vllm")) == [
+        "kv-scales-missing"
+    ]
+
+
+def test_sglang_takes_the_kv_dtype_from_its_own_reading(tmp_path: Path) -> None:
+    """SGLang's FP8 config: a string kv_cache_scheme "FP8" is no mapping, so kv_cache_quant_algo
+    is read, and without one neither a method nor an FP8 KV cache is made; with one, both."""
+    string = {"kv_cache_scheme": "FP8"}
+    report = flat(tmp_path / "s", "FP8", string, scales(), "sglang")
+    assert codes(report) == ["kv-cache-ignored"]
+    assert report.warnings[0].message.startswith(
+        "config.json: quantization_config declares a KV cache of FP8; sglang v0.5.23 builds "
+        "no KV-cache method for it: ModelOptFp8Config takes a KV algorithm"
+    )
+    assert "and takes its KV-cache dtype from that same reading: with --kv-cache-dtype auto" in (
+        report.warnings[0].message
+    )
+    # no scale is loaded: a misshapen one fails nothing
+    assert codes(flat(tmp_path / "shape", "FP8", string, scales((8,)), "sglang")) == [
+        "kv-cache-ignored"
+    ]
+    keyed = {"kv_cache_scheme": "FP8", "kv_cache_quant_algo": "FP8"}
+    assert codes(flat(tmp_path / "k", "FP8", keyed, scales(), "sglang")) == []
+    # the mixed-precision config takes any mapping: NVFP4 builds the method, loads the scales
+    # (and SGLang's KV cache stays in the model's dtype for NVFP4)
+    fp4 = {"kv_cache_scheme": {"num_bits": 4, "type": "float"}}
+    mixed = flat(tmp_path / "m", "MIXED_PRECISION", fp4, scales((8,)), "sglang")
+    assert codes(mixed) == ["kv-cache-ignored", *["kv-scale-shape"] * 4]
+    assert "its KV-cache method is still built and loads the shipped scales" in (
+        mixed.warnings[0].message
+    )
