@@ -20,6 +20,7 @@ from qarm_audit import audit
 from qarm_audit.report.model import Report
 
 ACTIVATIONS = {**WEIGHTS, "dynamic": False}
+ATTENTION = [f"model.layers.{n}.self_attn" for n in range(2)]
 
 
 def audited(root: Path, attention_targets: list[str], engine: str = "vllm") -> Report:
@@ -63,3 +64,21 @@ def test_sglang_keeps_the_group_and_fails_on_its_missing_weights(tmp_path: Path)
     declares none): test_ct_declaration_errors.py."""
     report = audited(tmp_path, ["LlamaAttention"], engine="sglang")
     assert codes(report) == ["engine-refuses-declaration"]
+
+
+def test_a_kept_group_names_no_attention_container_by_its_class(tmp_path: Path) -> None:
+    """A group vLLM keeps (two targets) that names the attention class beside Linear: vLLM
+    tests class targets only on the layers it asks for a quant method (its Linear, LM-head,
+    embedding and MoE layers: ``CompressedTensorsConfig.get_quant_method``), never on the
+    ``LlamaAttention`` container that holds the KV scales, so the engine's view leaves the
+    container out of the group, as the producer's view does: no disagreement is warned."""
+    groups = {"group_0": {"targets": ["Linear", "LlamaAttention"], "weights": WEIGHTS}}
+    kv = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
+    scales = {f"model.layers.{n}.self_attn.{x}_scale": ("F32", ()) for n in range(2) for x in "kv"}
+    folder = ct_fp8_llama(tmp_path, groups=groups, tensors=scales, kv_cache_scheme=kv)
+    report = audit(str(folder), engine="vllm")
+    assert codes(report) == []
+    rows = {row["module"]: row for row in report.modules}
+    assert [(rows[a]["bucket"], rows[a]["how"]) for a in ATTENTION] == [("unlisted", "none")] * 2
+    # the projections are still the group's
+    assert {r["bucket"] for m, r in rows.items() if m.endswith("_proj")} == {"group_0"}

@@ -58,6 +58,10 @@ class targets as a case-insensitive substring of the class (``Linear`` in
 
 def engine_class(info: ModuleInfo) -> str | None:
     """The lower-cased class a class target is tested against, or None for no class."""
+    if info.layer_kind == "other":
+        # a container (LlamaAttention) or another class the engine never asks for a quant
+        # method: vLLM tests class targets on its Linear and MoE layers only
+        return None
     if info.layer_kind == "experts":
         # vLLM adds the MoE layer to what a Linear target names (get_moe_method)
         return "linear"
