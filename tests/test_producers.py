@@ -28,6 +28,7 @@ GENUINE = sorted(p for p in CORPUS.iterdir() if p.is_dir())
 NO_ARM_IN_NAME_PROBE = {
     # The seed's engine loads per-tensor static FP8 and ModelOpt NVFP4 only; everything else is
     # refused there by name (no-arm), which is the profile speaking, not the checkpoint.
+    "llmcompressor-fp8-block",
     "llmcompressor-fp8-dynamic",
     "llmcompressor-mixed-fp8attn-w4a16mlp",
     "llmcompressor-mxfp4",
@@ -35,6 +36,8 @@ NO_ARM_IN_NAME_PROBE = {
     "llmcompressor-moe-mxfp4a16",
     "llmcompressor-mxfp8",
     "llmcompressor-w4a16",
+    "llmcompressor-w4afp8",
+    "llmcompressor-w8a16",
     "llmcompressor-w4a16-asym",
     "llmcompressor-quip-w4a16",
     "llmcompressor-moe-quip-w4a16",
