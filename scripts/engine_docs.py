@@ -57,6 +57,8 @@ def when(rule: Rule) -> str:
         parts.append(f"declared_arm {_list(rule.declared_arm)}")
     if rule.declared_strategy:
         parts.append(f"declared_strategy {_list(rule.declared_strategy)}")
+    if rule.declared_activation:
+        parts.append(f"activations {_list(rule.declared_activation)}")
     if rule.mixed is not None:
         parts.append("MIXED" if rule.mixed else "not MIXED")
     if rule.mixed_nvfp4 is not None:

@@ -201,6 +201,7 @@ VOCABULARY = {
     "W4A16-INT",
     "W8A16-INT",
     "W8A8-INT",
+    "W4A8-INT",
     "W4A16-BNB-NF4",
     "W4A16-BNB-FP4",
     "W8A8-BNB-INT8",
@@ -382,6 +383,9 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
             declared_algo=algo,
             declared_arm=arm,
             declared_strategy=rule.declared_strategy[0] if rule.declared_strategy else "tensor",
+            declared_activation=(
+                rule.declared_activation[0] if rule.declared_activation else "none"
+            ),
             producer=producer,
             mixed=bool(mixed_),
             mixed_nvfp4=rule.mixed_nvfp4 if rule.mixed_nvfp4 is not None else True,
@@ -430,6 +434,8 @@ def flips(
         out.append(("declared_arm", with_(declared_arm="zzz"), env, gpu))
     if rule.declared_strategy is not None:
         out.append(("declared_strategy", with_(declared_strategy="zzz"), env, gpu))
+    if rule.declared_activation is not None:
+        out.append(("declared_activation", with_(declared_activation="zzz"), env, gpu))
     if rule.producer is not None:
         out.append(("producer", with_(producer="zzz"), env, gpu))
     if rule.mixed is not None:

@@ -80,6 +80,17 @@ class Scheme:
         return f"W{self.weight_bits}A{activation}-{label}"
 
     @property
+    def activation_words(self) -> str:
+        """The declared activations as ``<type> <dynamic|static> <strategy>`` (``-`` for a
+        part not declared), or ``none`` for no activation quantization: what an engine rule's
+        ``declared_activation`` is compared with."""
+        if self.activation_bits is None:
+            return "none"
+        dynamic = self.activation_dynamic
+        how = "dynamic" if dynamic is True else "static" if dynamic in (False, "local") else "-"
+        return f"{self.activation_type or '-'} {how} {self.activation_strategy or '-'}"
+
+    @property
     def weight_only(self) -> bool:
         return self.activation_bits is None
 

@@ -80,6 +80,10 @@ class Rule(BaseModel):
     declared_strategy: list[str] | None = None
     """Declared weight strategies: ``tensor``, ``channel``, ``group``, ``block``,
     ``tensor_group``."""
+    declared_activation: list[str] | None = None
+    """The declared activations as ``<type> <dynamic|static> <strategy>`` (``float dynamic
+    token``; a part not declared is ``-``), or ``none`` for a weight-only scheme; a value of
+    fewer words holds for every description it begins (``float``: any float activations)."""
     producer: list[str] | None = None
     """Who wrote the declaration: ``modelopt``, ``compressed-tensors`` or ``fp8`` (a native
     ``quant_method: fp8``)."""
@@ -584,6 +588,7 @@ class View(BaseModel):
     declared_algo: str
     declared_arm: str
     declared_strategy: str = ""
+    declared_activation: str = "none"
     producer: str = ""
     mixed: bool = False
     mixed_nvfp4: bool = False
@@ -614,6 +619,13 @@ def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
         )
         and (rule.declared_arm is None or view.declared_arm in rule.declared_arm)
         and (rule.declared_strategy is None or view.declared_strategy in rule.declared_strategy)
+        and (
+            rule.declared_activation is None
+            or any(
+                f"{view.declared_activation} ".startswith(f"{words} ")
+                for words in rule.declared_activation
+            )
+        )
         and (rule.producer is None or view.producer in rule.producer)
         and (rule.mixed is None or view.mixed == rule.mixed)
         and (rule.mixed_nvfp4 is None or view.mixed_nvfp4 == rule.mixed_nvfp4)

@@ -1,0 +1,93 @@
+"""compressed-tensors integer weights with FP8 activations (llm-compressor's W4AFP8) in vLLM.
+
+vllm-project/vllm vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
+``_get_scheme_from_parts`` (0.30-0.33): only ``_is_fp8_w4a8_sm90`` takes integer weights with
+float activations (4-bit group weights, dynamic per-token activations, compute capability 90
+exactly), giving ``CompressedTensorsW4A8Fp8``, whose weight parameter is ``weight_packed``
+(``schemes/compressed_tensors_w4a8_fp8.py``); on any other GPU, or for any other such scheme,
+it raises "No compressed-tensors compatible scheme was found". llm-compressor 0.14 saves
+W4AFP8 int-quantized, one int4 value per int8 ``weight`` (fixtures/producers/
+llmcompressor-w4afp8), which no parameter of that scheme takes: the weight loader raises.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, write_checkpoint
+from qarm_audit import audit
+from qarm_audit.report.model import Report
+
+W4AFP8 = REPO / "fixtures" / "producers" / "llmcompressor-w4afp8"
+VLLM = ["vllm==0.30.0", "vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0"]
+
+
+def fixture_tensors() -> dict[str, Any]:
+    raw = (W4AFP8 / "model.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    header.pop("__metadata__", None)
+    return {name: (entry["dtype"], tuple(entry["shape"])) for name, entry in header.items()}
+
+
+def variant(root: Path, *, packed: bool, activations: dict[str, Any] | None = None) -> Path:
+    """The W4AFP8 fixture's model: its weights packed (pack-quantized, ``weight_packed`` and
+    ``weight_shape``) or as shipped, and its activations as given."""
+    tensors = fixture_tensors()
+    if packed:
+        for name, (dtype, shape) in list(tensors.items()):
+            if dtype == "I8" and name.endswith(".weight"):
+                module = name.removesuffix(".weight")
+                del tensors[name]
+                tensors[f"{module}.weight_packed"] = ("I32", (shape[0], shape[1] // 8))
+                tensors[f"{module}.weight_shape"] = ("I64", (2,))
+    config = json.loads((W4AFP8 / "config.json").read_text())
+    block = config["quantization_config"]
+    group = block["config_groups"]["group_0"]
+    if packed:
+        block["format"] = group["format"] = "pack-quantized"
+    if activations is not None:
+        group["input_activations"].update(activations)
+    return write_checkpoint(root, {"model.safetensors": tensors}, {"config.json": config})
+
+
+def arm_and_codes(report: Report) -> tuple[list[str], list[str]]:
+    executed = sorted({str(a.executed) for a in report.arms})
+    return executed, sorted({f.code for f in report.refusals})
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_llm_compressors_w4afp8_loads_nowhere(engine: str) -> None:
+    on_hopper = audit(str(W4AFP8), engine=engine, gpu="sm90")
+    assert arm_and_codes(on_hopper) == (["none"], ["no-arm"])
+    assert "registers the int4 weight as weight_packed" in on_hopper.refusals[0].message
+    assert "There is no module or parameter named '<layer>.weight'" in (
+        on_hopper.refusals[0].message
+    )
+    for gpu in ("sm80", "sm89", "sm100", "sm120"):
+        elsewhere = audit(str(W4AFP8), engine=engine, gpu=gpu)
+        assert arm_and_codes(elsewhere) == (["none"], ["no-arm"]), gpu
+        assert "No compressed-tensors compatible scheme was found" in (
+            elsewhere.refusals[0].message
+        )
+
+
+def test_packed_w4afp8_runs_on_sm90_only(tmp_path: Path) -> None:
+    folder = variant(tmp_path / "packed", packed=True)
+    hopper = audit(str(folder), engine="vllm", gpu="sm90")
+    assert hopper.verdict == "clean", [*hopper.refusals, *hopper.warnings]
+    assert arm_and_codes(hopper) == (["W4A8-INT"], [])
+    assert arm_and_codes(audit(str(folder), engine="vllm", gpu="sm100")) == (["none"], ["no-arm"])
+
+
+def test_static_fp8_activations_have_no_scheme_even_on_sm90(tmp_path: Path) -> None:
+    static = {"dynamic": False}  # per token, as declared: only dynamic is changed
+    folder = variant(tmp_path / "static", packed=True, activations=static)
+    report = audit(str(folder), engine="vllm", gpu="sm90")
+    assert "no-arm" in {f.code for f in report.refusals}
+    assert "No compressed-tensors compatible scheme was found" in report.refusals[0].message
