@@ -57,6 +57,8 @@ def when(rule: Rule) -> str:
         parts.append(f"declared_arm {_list(rule.declared_arm)}")
     if rule.declared_strategy:
         parts.append(f"declared_strategy {_list(rule.declared_strategy)}")
+    if rule.declared_format:
+        parts.append(f"format {_list(rule.declared_format)}")
     if rule.declared_activation:
         parts.append(f"activations {_list(rule.declared_activation)}")
     if rule.mixed is not None:

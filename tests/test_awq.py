@@ -242,10 +242,36 @@ def test_unreadable_awq_declaration_is_a_named_error(change: dict[str, Any], tex
 
 
 @pytest.mark.parametrize("release", ["0.5.22", "0.5.23"])
-def test_sglang_awq_routing_is_unknown_with_its_reason(tmp_path: Path, release: str) -> None:
-    report = audit(str(checkpoint(tmp_path)), engine=f"sglang=={release}")
-    assert {a.executed for a in report.arms} == {"unknown"}
-    assert "AWQ routing" in report.arms[0].reason
+def test_sglang_runs_awq_on_marlin_from_sm80_and_dequantized_below(
+    tmp_path: Path, release: str
+) -> None:
+    """sgl-project/sglang python/sglang/srt/layers/quantization/awq/awq.py@v0.5.23:
+    AWQMarlinConfig.override_quantization_method claims quant_method awq where
+    is_awq_marlin_compatible holds (check_marlin_supported finds no type below sm80); else
+    AWQConfig (minimum capability 75) dequantizes and runs a 16-bit matmul."""
+    folder = checkpoint(tmp_path)
+    engine = f"sglang=={release}"
+    hopper = audit(str(folder), engine=engine, gpu="sm90")
+    assert hopper.refusals == [] and hopper.warnings == []
+    (arm,) = hopper.arms
+    assert (arm.executed, arm.log) == (
+        "W4A16-INT",
+        "The model is convertible to awq_marlin during runtime. Using awq_marlin kernel.",
+    )
+    (turing,) = audit(str(folder), engine=engine, gpu="sm75").arms
+    assert (turing.executed, turing.kernel) == ("W4A16-INT", "awq_dequantize + a 16-bit matmul")
+    volta = audit(str(folder), engine=engine, gpu="sm70")
+    assert {r.code for r in volta.refusals} == {"no-arm"}
+    assert "Minimum capability: 75. Current capability: 70." in volta.refusals[0].message
+
+
+def test_sglang_refuses_awq_of_other_than_4_bits(tmp_path: Path) -> None:
+    report = audit(str(checkpoint(tmp_path, bits=8)), engine="sglang", gpu="sm90")
+    messages = [r.message for r in report.refusals if r.code == "engine-refuses-declaration"]
+    assert messages and (
+        "Currently, only 4-bit weight quantization is supported for AWQ, but got 8 bits."
+        in messages[0]
+    )
 
 
 def test_explain_traces_the_awq_skip(tmp_path: Path, run: Any) -> None:

@@ -386,6 +386,7 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
             declared_activation=(
                 rule.declared_activation[0] if rule.declared_activation else "none"
             ),
+            declared_format=rule.declared_format[0] if rule.declared_format else "",
             producer=producer,
             mixed=bool(mixed_),
             mixed_nvfp4=rule.mixed_nvfp4 if rule.mixed_nvfp4 is not None else True,
@@ -434,6 +435,8 @@ def flips(
         out.append(("declared_arm", with_(declared_arm="zzz"), env, gpu))
     if rule.declared_strategy is not None:
         out.append(("declared_strategy", with_(declared_strategy="zzz"), env, gpu))
+    if rule.declared_format is not None:
+        out.append(("declared_format", with_(declared_format="zzz"), env, gpu))
     if rule.declared_activation is not None:
         out.append(("declared_activation", with_(declared_activation="zzz"), env, gpu))
     if rule.producer is not None:

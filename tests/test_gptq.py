@@ -306,11 +306,44 @@ def _linears() -> set[str]:
 
 
 @pytest.mark.parametrize("release", ["0.5.22", "0.5.23"])
-def test_sglang_gptq_routing_is_unknown_with_its_reason(release: str) -> None:
-    report = audit(str(CORPUS / W4), engine=f"sglang=={release}")
-    (arm,) = report.arms
-    assert arm.executed == "unknown"
-    assert "gptq_marlin only" in arm.reason
+@pytest.mark.parametrize(
+    ("name", "arm"), [(W4, "W4A16-INT"), (W8, "W8A16-INT"), (ACT, "W4A16-INT")]
+)
+def test_sglang_runs_gptq_on_marlin_from_sm80(release: str, name: str, arm: str) -> None:
+    """sgl-project/sglang python/sglang/srt/layers/quantization/gptq/gptq.py@v0.5.23: CUDA
+    registers gptq_marlin only; GPTQMarlinConfig claims a symmetric 4- or 8-bit checkpoint with
+    a Marlin group size on sm80+ (desc_act taken), and configs/model_config.py refuses the rest
+    as an unknown method."""
+    engine = f"sglang=={release}"
+    report = audit(str(CORPUS / name), engine=engine, gpu="sm90")
+    assert report.refusals == [] and report.warnings == []
+    (row,) = report.arms
+    assert (row.executed, row.kernel) == (arm, "GPTQ Marlin")
+    assert (
+        row.log
+        == "The model is convertible to gptq_marlin during runtime. Using gptq_marlin kernel."
+    )
+    turing = audit(str(CORPUS / name), engine=engine, gpu="sm75")
+    assert {r.code for r in turing.refusals} == {"no-arm"}
+    assert "Unknown quantization method: gptq." in turing.refusals[0].message
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"sym": False}, "TYPE_MAP holds symmetric 4 and 8 bits only"),
+        ({"bits": 3}, "TYPE_MAP holds symmetric 4 and 8 bits only"),
+        ({"group_size": 16}, "group sizes -1, 32, 64 and 128 only"),
+    ],
+)
+def test_sglang_refuses_gptq_that_marlin_does_not_take(
+    tmp_path: Path, change: dict[str, Any], says: str
+) -> None:
+    folder = _config(copy(tmp_path, W4), **change)
+    report = audit(str(folder), engine="sglang", gpu="sm90")
+    messages = [r.message for r in report.refusals if r.code == "engine-refuses-declaration"]
+    assert messages and says in messages[0]
+    assert "Unknown quantization method: gptq." in messages[0]
 
 
 def test_declared_shows_the_dynamic_rule_count_and_diff_the_skips() -> None:

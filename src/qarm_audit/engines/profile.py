@@ -84,6 +84,9 @@ class Rule(BaseModel):
     """The declared activations as ``<type> <dynamic|static> <strategy>`` (``float dynamic
     token``; a part not declared is ``-``), or ``none`` for a weight-only scheme; a value of
     fewer words holds for every description it begins (``float``: any float activations)."""
+    declared_format: list[str] | None = None
+    """The compressed-tensors ``format`` of the module's group (or the whole config):
+    ``pack-quantized``, ``int-quantized``, ``float-quantized``, ...; ``""`` where none."""
     producer: list[str] | None = None
     """Who wrote the declaration: ``modelopt``, ``compressed-tensors`` or ``fp8`` (a native
     ``quant_method: fp8``)."""
@@ -589,6 +592,7 @@ class View(BaseModel):
     declared_arm: str
     declared_strategy: str = ""
     declared_activation: str = "none"
+    declared_format: str = ""
     producer: str = ""
     mixed: bool = False
     mixed_nvfp4: bool = False
@@ -626,6 +630,7 @@ def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
                 for words in rule.declared_activation
             )
         )
+        and (rule.declared_format is None or view.declared_format in rule.declared_format)
         and (rule.producer is None or view.producer in rule.producer)
         and (rule.mixed is None or view.mixed == rule.mixed)
         and (rule.mixed_nvfp4 is None or view.mixed_nvfp4 == rule.mixed_nvfp4)

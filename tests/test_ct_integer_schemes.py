@@ -1,4 +1,5 @@
-"""compressed-tensors integer weights with FP8 activations (llm-compressor's W4AFP8) in vLLM.
+"""compressed-tensors integer schemes vLLM has no arm for: integer weights with FP8 activations
+(llm-compressor's W4AFP8), and integer weight-only in another format than pack-quantized.
 
 vllm-project/vllm vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
 ``_get_scheme_from_parts`` (0.30-0.33): only ``_is_fp8_w4a8_sm90`` takes integer weights with
@@ -8,6 +9,9 @@ exactly), giving ``CompressedTensorsW4A8Fp8``, whose weight parameter is ``weigh
 it raises "No compressed-tensors compatible scheme was found". llm-compressor 0.14 saves
 W4AFP8 int-quantized, one int4 value per int8 ``weight`` (fixtures/producers/
 llmcompressor-w4afp8), which no parameter of that scheme takes: the weight loader raises.
+Integer weight-only goes to CompressedTensorsWNA16 only where the format is pack-quantized; in
+an activation-quantization format (int-quantized) ``_is_static_tensor_w8a8`` then reads the
+absent input activations' ``num_bits``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ W4AFP8 = REPO / "fixtures" / "producers" / "llmcompressor-w4afp8"
 VLLM = ["vllm==0.30.0", "vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0"]
 
 
-def fixture_tensors() -> dict[str, Any]:
-    raw = (W4AFP8 / "model.safetensors").read_bytes()
+def fixture_tensors(folder: Path = W4AFP8) -> dict[str, Any]:
+    raw = (folder / "model.safetensors").read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + length])
     header.pop("__metadata__", None)
@@ -91,3 +95,27 @@ def test_static_fp8_activations_have_no_scheme_even_on_sm90(tmp_path: Path) -> N
     report = audit(str(folder), engine="vllm", gpu="sm90")
     assert "no-arm" in {f.code for f in report.refusals}
     assert "No compressed-tensors compatible scheme was found" in report.refusals[0].message
+
+
+def int_quantized_w8a16(root: Path) -> Path:
+    """llm-compressor's W8A16 (fixtures/producers/llmcompressor-w8a16) written int-quantized
+    instead: each weight as I8, unpacked."""
+    source = W4AFP8.parent / "llmcompressor-w8a16"
+    tensors = {}
+    for name, (dtype, shape) in fixture_tensors(source).items():
+        module, _, operand = name.rpartition(".")
+        if operand == "weight_packed":
+            tensors[f"{module}.weight"] = ("I8", (shape[0], shape[1] * 4))
+        elif operand != "weight_shape":
+            tensors[name] = (dtype, shape)
+    config = json.loads((source / "config.json").read_text())
+    block = config["quantization_config"]
+    block["format"] = block["config_groups"]["group_0"]["format"] = "int-quantized"
+    return write_checkpoint(root, {"model.safetensors": tensors}, {"config.json": config})
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_integer_weight_only_int_quantized_has_no_scheme(tmp_path: Path, engine: str) -> None:
+    report = audit(str(int_quantized_w8a16(tmp_path / "iq")), engine=engine, gpu="sm90")
+    assert arm_and_codes(report) == (["none"], ["no-arm"])
+    assert "'NoneType' object has no attribute 'num_bits'" in report.refusals[0].message
