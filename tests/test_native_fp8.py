@@ -471,3 +471,71 @@ def test_deepseek_v3_block_fp8_on_its_layer_tree(tmp_path: Path, run: Any) -> No
         "excluded",
         "experts",
     )
+
+
+# --- SGLang -------------------------------------------------------------------------------------
+# sgl-project/sglang python/sglang/srt/layers/quantization/fp8.py@v0.5.23 (the same in 0.5.22):
+# Fp8Config (minimum capability 80) builds Fp8LinearMethod, weight-only FP8 Marlin on
+# 80 <= cc < 89 or under SGLANG_FORCE_FP8_MARLIN=1, else W8A8. models/llama.py renames a shipped
+# .weight_scale_inv to .weight_scale before the lookup, while the block method registers
+# weight_scale_inv: the block scales of a Llama-family checkpoint are never loaded.
+
+
+def sglang(run: Any, root: Path, gpu: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = run("audit", root, "-f", "json", "--engine", "sglang", "--gpu", gpu, *extra)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_sglang_runs_native_fp8_weight_only_below_sm89(tmp_path: Path, run: Any) -> None:
+    root = write_checkpoint(
+        tmp_path / "qwen",
+        {"model.safetensors": llama(spell=block_fp8)},
+        {"config.json": {**config(), "architectures": ["Qwen3ForCausalLM"]}},
+    )
+    arms = lambda report: {(a["executed"], a.get("kernel")) for a in report["arms"]}  # noqa: E731
+    code, ampere = sglang(run, root, "sm80")
+    assert code == 0 and arms(ampere) == {("W8A16-FP8", "Marlin")}
+    assert "Weight-only FP8 compression will be used" in ampere["arms"][0]["log"]
+    _, hopper = sglang(run, root, "sm90")
+    assert {a["executed"] for a in hopper["arms"]} == {"W8A8-FP8"}
+    _, forced = sglang(run, root, "sm90", "--env", "SGLANG_FORCE_FP8_MARLIN=1")
+    assert arms(forced) == {("W8A16-FP8", "Marlin")}
+    code, turing = sglang(run, root, "sm75")
+    assert code == 1 and {r["code"] for r in turing["refusals"]} == {"no-arm"}
+    assert "Minimum capability: 80. Current capability: 75." in turing["refusals"][0]["message"]
+
+
+def test_sglang_refuses_block_fp8_with_static_activations(tmp_path: Path, run: Any) -> None:
+    root = checkpoint(tmp_path, llama(spell=block_fp8), activation_scheme="static")
+    code, report = sglang(run, root, "sm90")
+    assert code == 1
+    messages = [
+        r["message"] for r in report["refusals"] if r["code"] == "engine-refuses-declaration"
+    ]
+    assert messages and "only supports dynamic activation scheme" in messages[0]
+
+
+@pytest.mark.parametrize("release", ["0.5.22", "0.5.23"])
+def test_sglang_never_loads_a_llama_checkpoints_block_scales(run: Any, release: str) -> None:
+    path = FIXTURES / "transformers-finegrained-fp8-llama.manifest.json"
+    code, report = sglang(run, path, "sm90", f"--engine=sglang=={release}")
+    assert code == 1
+    (refusal,) = report["refusals"]
+    assert refusal["code"] == "operand-unloaded"
+    assert refusal["tensor"].endswith(".weight_scale_inv")
+    assert "LlamaForCausalLM weight loader renames it to weight_scale" in refusal["message"]
+    assert "torch.finfo(torch.float32).min" in refusal["message"]
+    # the same folder declared as another architecture loads its scales
+    assert audit(run, path)[0] == 0  # vLLM
+
+
+def test_sglang_loads_the_block_scales_of_other_architectures(tmp_path: Path, run: Any) -> None:
+    root = write_checkpoint(
+        tmp_path / "qwen",
+        {"model.safetensors": llama(spell=block_fp8)},
+        {"config.json": {**config(), "architectures": ["Qwen3ForCausalLM"]}},
+    )
+    assert sglang(run, root, "sm90")[0] == 0
+    llama_root = checkpoint(tmp_path, llama(spell=block_fp8))
+    code, report = sglang(run, llama_root, "sm90")
+    assert code == 1 and {r["code"] for r in report["refusals"]} == {"operand-unloaded"}

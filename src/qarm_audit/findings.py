@@ -212,6 +212,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "some attention layers ship no KV scale, or only one of k and v; the engine fills in",
     ),
+    "operand-unloaded": (
+        Severity.REFUSAL,
+        "the engine's weight loader does not load an operand the executed arm needs (it renames "
+        "it to a parameter the arm does not register): the layer computes with its initial value",
+    ),
     "kv-scales-unloaded": (
         Severity.WARNING,
         "a quantized KV cache is declared and its shipped k/v scales are not loaded: the engine "

@@ -27,6 +27,7 @@ from ..engines.refusals import (
     declaration_refusals,
     group_skipped_warnings,
     layer_refusals,
+    loader_drops,
     skipped_groups,
     transforms_unapplied,
 )
@@ -291,6 +292,9 @@ def _audit(
     )
     findings.extend(arm_findings)
     findings.extend(layer_refusals(profile, declaration, modules, memberships))
+    findings.extend(
+        loader_drops(profile, declaration, modules, memberships, model_config.architecture)
+    )
     moves = (
         routing_moves(profile, env, gpu, declaration, modules, memberships, spellings)
         if routing == "both"

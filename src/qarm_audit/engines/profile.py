@@ -271,6 +271,25 @@ class KvUnbuilt(BaseModel):
     source: Source = None
 
 
+class LoaderDrop(BaseModel):
+    """An operand the model class's weight loader renames, for these architectures, to a name
+    the layer's quant method registers no parameter under: the loader skips it and the layer
+    computes with the parameter's initial value (``operand-unloaded``)."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    declared_strategy: list[str] | None = None
+    """Declared weight strategies the quant method registers ``operand`` for."""
+    architecture: list[str]
+    """config.json's architectures (the first entry) whose model class renames it."""
+    operand: str
+    renamed_to: str
+    reason: str
+    """What the engine does, in its own terms."""
+    source: Source = None
+
+
 class GroupSkipped(BaseModel):
     """A compressed-tensors config group the engine drops before it matches any layer: one
     whose only target ends in ``target_suffix`` (vLLM: an attention class, ``LlamaAttention``)
@@ -351,6 +370,7 @@ class Profile(BaseModel):
     kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_errors: list[KvError] = Field(default_factory=list)
     kv_unbuilt: list[KvUnbuilt] = Field(default_factory=list)
+    loader_drops: list[LoaderDrop] = Field(default_factory=list)
     groups_skipped: list[GroupSkipped] = Field(default_factory=list)
     reads_transform_config: bool = True
     """Whether the engine reads a compressed-tensors ``transform_config`` at all (SGLang does
@@ -425,6 +445,7 @@ CITED_SECTIONS = (
     "kv_taken",
     "kv_errors",
     "kv_unbuilt",
+    "loader_drops",
     "groups_skipped",
 )
 """The profile's lists of engine facts: each entry cites the engine's source and is kept for

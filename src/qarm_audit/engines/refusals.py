@@ -12,7 +12,7 @@ from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from ..resolve.producer import producer_matches
 from ..resolve.resolver import Membership
-from .profile import DeclarationError, GroupSkipped, LayerError, Profile
+from .profile import DeclarationError, GroupSkipped, LayerError, LoaderDrop, Profile
 
 
 def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
@@ -136,6 +136,57 @@ def layer_refusals(
                 )
             )
     return out
+
+
+def loader_drops(
+    profile: Profile,
+    declaration: Declaration,
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+    architecture: str,
+) -> list[Finding]:
+    """``operand-unloaded`` per declared scheme whose modules ship an operand the model class's
+    weight loader renames away from the parameter the quant method registers."""
+    out = []
+    for drop in profile.loader_drops:
+        if architecture not in drop.architecture:
+            continue
+        shipping: dict[str, list[ModuleInfo]] = {}
+        for info in modules.values():
+            if drop.operand not in info.operands:
+                continue
+            membership = memberships.get(info.name)
+            scheme = _declared_scheme(declaration, membership)
+            if scheme is None or not _drop_holds(drop, scheme):
+                continue
+            assert membership is not None
+            shipping.setdefault(membership.bucket, []).append(info)
+        for bucket, infos in sorted(shipping.items()):
+            first = infos[0]
+            cite = f" ({drop.source})" if drop.source else ""
+            out.append(
+                finding(
+                    "operand-unloaded",
+                    f"{bucket}: {len(infos)} modules ship {drop.operand}, and {profile.label}'s "
+                    f"{architecture} weight loader renames it to {drop.renamed_to}: "
+                    f"{drop.reason}{cite}",
+                    module=first.name,
+                    tensor=first.operands[drop.operand].name,
+                )
+            )
+    return out
+
+
+def _declared_scheme(declaration: Declaration, membership: Membership | None) -> Scheme | None:
+    if membership is None or not membership.declared_quantized:
+        return None
+    return declaration.schemes.get(membership.bucket)
+
+
+def _drop_holds(drop: LoaderDrop, scheme: Scheme) -> bool:
+    return scheme.producer in drop.producer and (
+        drop.declared_strategy is None or scheme.weight_strategy in drop.declared_strategy
+    )
 
 
 def skipped_groups(

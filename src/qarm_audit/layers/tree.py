@@ -90,6 +90,9 @@ def _generic(modules: Mapping[str, ModuleInfo]) -> None:
             info.layer_kind = "fused"
         elif info.name in routers:
             info.layer_kind = "router"
+        elif info.leaf == "lm_head":
+            # both engines build it as ParallelLMHead, a vocabulary embedding, not a LinearBase
+            info.layer_kind, info.layer_class = "lm_head", "ParallelLMHead"
         else:
             info.layer_kind = _shape_kind(info)
 
