@@ -14,6 +14,8 @@ layer is built.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,45 @@ def test_block_fp8_needs_sm89(engine: str) -> None:
     assert "Unsupported weight strategy=<strategy>" in report.refusals[0].message
     for gpu in ("sm89", "sm90", "sm100"):
         assert outcome(name, engine, gpu) == ({"W8A8-FP8"}, set()), gpu
+
+
+def as_architecture(root: Path, source: str, architecture: str) -> Path:
+    """A producer fixture whose config.json names another architecture."""
+    folder = root / architecture
+    shutil.copytree(CORPUS / source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = [architecture]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_kimi_k3_renames_weight_packed_away(tmp_path: Path, engine: str) -> None:
+    """sgl-project/sglang python/sglang/srt/models/kimi_k3.py: load_weights renames every
+    weight_packed to weight (for compressed-tensors MXFP4 experts) outside Ascend NPUs."""
+    folder = as_architecture(tmp_path, "llmcompressor-w4a16", "KimiK3LinearForCausalLM")
+    report = audit(str(folder), engine=engine, gpu="sm90")
+    assert {(r.code, r.tensor.rpartition(".")[2]) for r in report.refusals} == {
+        ("operand-unloaded", "weight_packed")
+    }
+    assert "renames it to weight" in report.refusals[0].message
+
+
+def test_hyv4_renames_weight_scale_away(tmp_path: Path) -> None:
+    """sgl-project/sglang python/sglang/srt/models/hunyuan_v4.py: load_weights appends _inv to
+    every .weight_scale, as its MXFP8 and block-FP8 checkpoints name it."""
+    nvfp4 = as_architecture(tmp_path / "nvfp4", "modelopt-nvfp4", "HYV4ForCausalLM")
+    report = audit(str(nvfp4), engine="sglang", gpu="sm100")
+    assert {r.code for r in report.refusals} == {"operand-unloaded"}
+    fp8 = as_architecture(tmp_path / "ct", "llmcompressor-fp8-static", "HYV4ForCausalLM")
+    report = audit(str(fp8), engine="sglang", gpu="sm90")
+    assert {r.code for r in report.refusals} == {"operand-unloaded"}
+    # the same checkpoints under their own architecture, and under vLLM, load their scales
+    assert audit(str(CORPUS / "modelopt-nvfp4"), engine="sglang", gpu="sm100").refusals == []
+    assert audit(str(nvfp4), engine="vllm", gpu="sm100").refusals == []
+    # its own MXFP8 format registers weight_scale_inv: the rename is right there
+    mxfp8 = as_architecture(tmp_path / "mx", "modelopt-mxfp8", "HYV4ForCausalLM")
+    assert audit(str(mxfp8), engine="sglang", gpu="sm100").refusals == []
+    # a compressed-tensors MX checkpoint fails before any weight is loaded
+    mx = as_architecture(tmp_path / "ctmx", "llmcompressor-mxfp8", "HYV4ForCausalLM")
+    assert {r.code for r in audit(str(mx), engine="sglang", gpu="sm100").refusals} == {"no-arm"}

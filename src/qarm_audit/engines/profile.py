@@ -279,6 +279,8 @@ class LoaderDrop(BaseModel):
     model_config = frozen_config(extra="forbid")
 
     producer: list[str]
+    declared_family: list[str] | None = None
+    """Declared scheme families whose quant methods register ``operand``."""
     declared_strategy: list[str] | None = None
     """Declared weight strategies the quant method registers ``operand`` for."""
     architecture: list[str]

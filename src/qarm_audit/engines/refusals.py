@@ -184,8 +184,10 @@ def _declared_scheme(declaration: Declaration, membership: Membership | None) ->
 
 
 def _drop_holds(drop: LoaderDrop, scheme: Scheme) -> bool:
-    return scheme.producer in drop.producer and (
-        drop.declared_strategy is None or scheme.weight_strategy in drop.declared_strategy
+    return (
+        scheme.producer in drop.producer
+        and (drop.declared_family is None or scheme.family in drop.declared_family)
+        and (drop.declared_strategy is None or scheme.weight_strategy in drop.declared_strategy)
     )
 
 
