@@ -14,9 +14,9 @@ import re
 import sys
 from pathlib import Path
 
+from qarm_audit.engines.entries import LoadError
 from qarm_audit.engines.profile import (
     BUILTIN,
-    LoadError,
     Profile,
     Rule,
     _release_facts,

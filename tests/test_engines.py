@@ -28,9 +28,9 @@ from conftest import (
 from qarm_audit import audit
 from qarm_audit.commands.audit import DEFAULT_ENGINE
 from qarm_audit.engines.arms import STANDARD_GPUS, gpu_label, parse_gpu
+from qarm_audit.engines.entries import SOURCE_FORMAT
 from qarm_audit.engines.profile import (
     BUILTIN,
-    SOURCE_FORMAT,
     Profile,
     Rule,
     View,

@@ -188,3 +188,59 @@ def test_sglang_takes_the_kv_dtype_from_its_own_reading(tmp_path: Path) -> None:
     assert "its KV-cache method is still built and loads the shipped scales" in (
         mixed.warnings[0].message
     )
+
+
+# vLLM 0.30-0.33 DeepSeek V2/V3 with multi-head latent attention: the ModelOpt KV-cache method
+# is built on MLAAttention (self_attn.mla_attn.mla_attn), but AutoWeightsLoader maps every
+# KV-scale name through QuantizationConfig.get_cache_scale_mapper (layers/quantization/
+# base_config.py) to .attn.<k|v>_scale, and DeepseekV2Model.load_weights' own
+# maybe_remap_kv_scale_name (model_loader/weight_utils.py) then adds another .attn: the scale is
+# skipped as "... is not loaded." and the KV cache runs with scales of 1.0.
+
+
+def modelopt_deepseek(root: Path, mla: bool = True, scale: tuple[int, ...] = ()) -> Path:
+    from test_native_fp8 import deepseek_config, deepseek_v3
+
+    tensors: dict[str, Any] = {}
+    for name, (dtype, shape) in deepseek_v3().items():
+        module, _, operand = name.rpartition(".")
+        if operand == "weight_scale_inv":
+            tensors[f"{module}.weight_scale"] = ("F32", ())
+            tensors[f"{module}.input_scale"] = ("F32", ())
+        else:
+            tensors[name] = (dtype, shape)
+    for n in (0, 1):
+        tensors[f"model.layers.{n}.self_attn.k_scale"] = ("F32", scale)
+        tensors[f"model.layers.{n}.self_attn.v_scale"] = ("F32", scale)
+    config = deepseek_config()
+    del config["quantization_config"]
+    if not mla:
+        del config["kv_lora_rank"]
+    quant = {
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+        "quantization": {
+            "quant_algo": "FP8",
+            "kv_cache_quant_algo": "FP8",
+            "exclude_modules": ["lm_head", "model.layers.1.mlp.gate"],
+        },
+    }
+    documents = {"config.json": config, "hf_quant_config.json": quant}
+    return write_checkpoint(root, {"model.safetensors": tensors}, documents)
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_vllm_drops_the_kv_scales_of_deepseek_mla(tmp_path: Path, engine: str) -> None:
+    report = audit(str(modelopt_deepseek(tmp_path / "mla")), engine=engine, gpu="sm90")
+    assert codes(report) == ["kv-scales-unloaded"]
+    message = report.warnings[0].message
+    assert "loads no shipped KV scale into its multi-head latent attention" in message
+    assert "4 k/v scales are shipped" in message
+    # SGLang is not modelled so; a config without kv_lora_rank is not MLA here
+    assert "kv-scales-unloaded" not in codes(
+        audit(str(modelopt_deepseek(tmp_path / "sg")), engine="sglang", gpu="sm90")
+    )
+    no_mla = audit(str(modelopt_deepseek(tmp_path / "mha", mla=False)), engine=engine, gpu="sm90")
+    assert "kv-scales-unloaded" not in codes(no_mla)
+    # a scale the loader would refuse is never loaded either
+    misshapen = audit(str(modelopt_deepseek(tmp_path / "shape", scale=(8,))), engine=engine)
+    assert codes(misshapen) == ["kv-scales-unloaded"]

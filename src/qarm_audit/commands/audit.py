@@ -301,12 +301,12 @@ def _audit(
         else None
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
-    findings.extend(kv_cache_ignored(profile, declaration))
-    fate = kv_fate(profile, declaration)
+    fate = kv_fate(profile, declaration, model_config)
+    findings.extend(kv_cache_ignored(profile, declaration, fate))
     if not fate.ignored:
         findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
     # a KV cache quantized without a KV-cache method: the shipped scales are never loaded
-    findings.extend(kv_scales_unloaded(profile, declaration, kv_shipped))
+    findings.extend(kv_scales_unloaded(profile, declaration, fate, kv_shipped))
     # an ignored KV cache is the model's dtype: only a scale that fails the load still matters,
     # where the engine loads the scales at all
     if fate.scales_loaded:

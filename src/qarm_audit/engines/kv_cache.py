@@ -11,7 +11,9 @@ from typing import Any
 from ..declarations import Declaration, KvDeclaration
 from ..findings import Finding, finding
 from ..layers.facts import ArchitectureFacts, EngineFacts
-from .profile import KvError, KvTaken, KvUnbuilt, Profile
+from ..layers.model_config import ModelConfig
+from .entries import KvError, KvScalesDropped, KvTaken, KvUnbuilt
+from .profile import Profile
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,9 @@ class KvFate:
     dtype."""
     unbuilt: KvUnbuilt | None = None
     """The profile's entry where its quant config builds no KV-cache method for it."""
+    dropped: KvScalesDropped | None = None
+    """The profile's entry where its weight loader maps the shipped scales away from the
+    model's attention layers."""
 
     @property
     def ignored(self) -> bool:
@@ -34,11 +39,38 @@ class KvFate:
     @property
     def scales_loaded(self) -> bool:
         """The shipped k/v scales are loaded (so one that cannot be fails the load)."""
-        return self.unbuilt is None and (self.not_taken is None or self.not_taken.scales_loaded)
+        return (
+            self.unbuilt is None
+            and self.dropped is None
+            and (self.not_taken is None or self.not_taken.scales_loaded)
+        )
 
 
-def kv_fate(profile: Profile, declaration: Declaration) -> KvFate:
-    return KvFate(kv_not_taken(profile, declaration), kv_unbuilt(profile, declaration))
+def kv_fate(
+    profile: Profile, declaration: Declaration, model_config: ModelConfig | None = None
+) -> KvFate:
+    return KvFate(
+        kv_not_taken(profile, declaration),
+        kv_unbuilt(profile, declaration),
+        kv_dropped(profile, declaration, model_config or ModelConfig()),
+    )
+
+
+def kv_dropped(
+    profile: Profile, declaration: Declaration, model_config: ModelConfig
+) -> KvScalesDropped | None:
+    """The profile's entry where the engine's loader maps this model's KV scales away from its
+    attention layers, else None."""
+    if declaration.kv is None:
+        return None
+    for dropped in profile.kv_scales_dropped:
+        if (
+            (declaration.method or "") in dropped.producer
+            and model_config.architecture in dropped.architecture
+            and model_config.get(dropped.config_key) is not None
+        ):
+            return dropped
+    return None
 
 
 def kv_not_taken(profile: Profile, declaration: Declaration) -> KvTaken | None:
@@ -88,12 +120,11 @@ def _method_built(unbuilt: KvUnbuilt, written: Mapping[str, Any]) -> bool:
     return unbuilt.otherwise_algo_key and bool(written.get("kv_cache_quant_algo"))
 
 
-def kv_cache_ignored(profile: Profile, declaration: Declaration) -> list[Finding]:
+def kv_cache_ignored(profile: Profile, declaration: Declaration, fate: KvFate) -> list[Finding]:
     """``kv-cache-ignored`` where the engine's KV cache is the model's dtype whatever the
     declaration says: its dtype mapping does not take the declared form, or its quant config
     reads no KV algorithm from it (where the dtype comes from that same reading)."""
     kv = declaration.kv
-    fate = kv_fate(profile, declaration)
     if kv is None or not fate.ignored:
         return []
     said = f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; {profile.label} "
@@ -111,21 +142,24 @@ def kv_cache_ignored(profile: Profile, declaration: Declaration) -> list[Finding
     return [finding("kv-cache-ignored", said + text)]
 
 
-def kv_scales_unloaded(profile: Profile, declaration: Declaration, shipped: int) -> list[Finding]:
+def kv_scales_unloaded(
+    profile: Profile, declaration: Declaration, fate: KvFate, shipped: int
+) -> list[Finding]:
     """``kv-scales-unloaded`` where the engine takes the declared KV cache as its KV-cache
-    dtype, builds no KV-cache method for it, and k/v scales are shipped."""
+    dtype, does not load the shipped k/v scales (it builds no KV-cache method for them, or its
+    loader maps them away), and some are shipped."""
     kv = declaration.kv
-    fate = kv_fate(profile, declaration)
-    if kv is None or fate.unbuilt is None or fate.ignored or not shipped:
+    cause = fate.unbuilt or fate.dropped
+    if kv is None or cause is None or fate.ignored or not shipped:
         return []
     return [
         finding(
             "kv-scales-unloaded",
             f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)} for "
             f"{declaration.algo} and {shipped} k/v scales are shipped; {profile.label} "
-            f"{fate.unbuilt.note}, while it still sets its KV-cache dtype from the declaration: "
+            f"{cause.note}, while it still sets its KV-cache dtype from the declaration: "
             "the KV cache is quantized with the attention layers' default scales of 1.0"
-            f"{_cite(fate.unbuilt.source)}",
+            f"{_cite(cause.source)}",
         )
     ]
 

@@ -10,33 +10,30 @@ may attach the engine's own wording to refusals qarm finds by other means (``loa
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..errors import ProfileError
 from ..frozen import frozen_config
+from .entries import (
+    DeclarationError,
+    GroupSkipped,
+    KvError,
+    KvScalesDropped,
+    KvTaken,
+    KvUnbuilt,
+    LayerError,
+    LoaderDrop,
+    LoadError,
+    Source,
+)
 
 ROUTINGS = ("declared", "probe")
-
-SOURCE_FORMAT = re.compile(r"^[\w.-]+/[\w.-]+ \S+@[\w.-]+")
-"""``owner/repo path@commit`` (a tag where the release records no commit), optionally followed
-by line numbers or a remark."""
-
-
-def _cited(source: str | None) -> str | None:
-    if source is not None and not SOURCE_FORMAT.match(source):
-        raise ValueError(f"source {source!r} is not 'owner/repo path@commit'")
-    return source
-
-
-Source = Annotated[str | None, AfterValidator(_cited)]
-"""Where a rule comes from in the engine's source: ``owner/repo path@commit``."""
 
 
 class EnvVar(BaseModel):
@@ -147,210 +144,6 @@ class Rule(BaseModel):
         return self
 
 
-class LoadError(BaseModel):
-    """The engine's wording for a refusal qarm finds by itself (e.g. ``fused-shards-disagree``).
-
-    The text is appended to the finding's message. ``cause`` tells the two ways fused shards
-    disagree apart: ``exclude`` (some shards excluded or ignored, others not) or ``scheme``
-    (shards declared different schemes). ``family`` (the scheme family the finding's module is
-    declared) and ``says`` (words the finding's message holds) pick one kind of a code that
-    covers many, such as an ``operand-shape`` for a partial group; ``quantized``, whether the
-    checkpoint declares a quantization at all (engines check an unquantized model further).
-    """
-
-    model_config = frozen_config(extra="forbid")
-
-    code: str
-    producer: list[str] | None = None
-    cause: str | None = None
-    family: list[str] | None = None
-    says: str | None = None
-    quantized: bool | None = None
-    text: str | None = None
-    """The engine's error text. Placeholders: ``{module}``, ``{algos}``, ``{shards}``, and
-    the finding's tensor's ``{shape}`` (``(8,)``) and ``{torch_size}`` (``torch.Size([8])``)."""
-    note: str | None = None
-    """What the engine does instead, when it raises nothing."""
-    source: Source = None
-
-    @model_validator(mode="after")
-    def _says_something(self) -> LoadError:
-        if self.text is None and self.note is None:
-            raise ValueError("a load error needs a text or a note")
-        return self
-
-
-class DeclarationError(BaseModel):
-    """The engine refuses the declaration itself, before building any layer (e.g. vLLM and a
-    compressed-tensors ``sparsity_config``): ``engine-refuses-declaration``."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str] | None = None
-    sparsity: bool | None = None
-    """Holds when the declaration has (True) or has not (False) sparsity targets."""
-    declared_family: list[str] | None = None
-    """Holds when a declared scheme's family is one of these (``mxfp4``, ...)."""
-    declared_strategy: list[str] | None = None
-    """Holds when a declared scheme's weight strategy is one of these (``block``, ...)."""
-    static_activations: bool | None = None
-    """Holds when a declared scheme (of ``declared_strategy``, where given) has calibrated
-    static activation scales (True) or not (False)."""
-    declared_bits_not: list[int] | None = None
-    """Holds when a declared scheme's weight bits are none of these (GPTQ: 4 and 8)."""
-    declared_symmetric: bool | None = None
-    """Holds when a declared scheme's weights are symmetric (True) or not (False)."""
-    declared_group_size_not: list[int] | None = None
-    """Holds when a declared scheme's group size is none of these (-1: one group a column)."""
-    act_order: bool | None = None
-    """Holds when a declared scheme quantizes in activation order with groups (GPTQ
-    ``desc_act``) (True) or not (False)."""
-    weightless: bool | None = None
-    """Holds when a declared scheme declares no weights (a compressed-tensors group of
-    ``input_activations`` only, as an attention-quantization recipe writes) (True) or
-    declares them (False)."""
-    text: str
-    """The engine's error text. Placeholders: ``{bits}``, ``{sym}``, ``{group_size}``,
-    ``{actorder}`` (the first declared scheme the error holds for)."""
-    stage: str = "before building any layer"
-    """When the engine raises it."""
-    source: Source = None
-
-
-class KvTaken(BaseModel):
-    """The only KV-cache declarations of a producer the engine takes: it ignores any other
-    (``kv-cache-ignored``), and its KV cache is then the model's dtype with the shipped scales
-    unused. Algorithms compare without case (vLLM lowers ModelOpt's)."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str]
-    algo: list[str]
-    strategy: list[str]
-    symmetric: bool = True
-    dynamic: bool = False
-    scales_loaded: bool = False
-    """The engine still builds its KV-cache method for any other form and loads the shipped
-    scales, unused: a scale it cannot load still fails the load (not where a
-    :class:`KvUnbuilt` entry says it builds no method for the declaration)."""
-    note: str
-    """What the engine does with any other, in its own terms; ``{algo}`` is the declared
-    algorithm."""
-    scales_note: str = ""
-    """Where ``scales_loaded``, what the engine does with the shipped scales (added to the note
-    where it builds its KV-cache method)."""
-    source: Source = None
-
-
-class KvUnbuilt(BaseModel):
-    """A producer's KV-cache declaration for which the engine's quant config builds no
-    KV-cache method: no k/v scale parameter exists, so the shipped scales are not loaded. Where
-    the engine still sets its KV-cache dtype from the declaration, it quantizes the KV cache
-    with the attention layers' default scales of 1.0 (``kv-scales-unloaded``); else the KV
-    cache is the model's dtype (``kv-cache-ignored``). The config builds the method where the
-    declaration's ``kv_cache_scheme`` is a mapping whose ``[type, num_bits]`` is among
-    ``mapping_builds`` (compared as Python compares them; None: any mapping), or, where it is
-    no mapping and ``otherwise_algo_key``, where a ``kv_cache_quant_algo`` is written (as
-    Python tests it)."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str]
-    algo: list[str]
-    """The declared ``quant_algo`` (upper case) whose quant config decides this way."""
-    declaration_form: list[str]
-    """``flat`` (config.json's ``quantization_config``) or ``nested``."""
-    mapping_builds: list[list[Any]] | None = None
-    otherwise_algo_key: bool = False
-    dtype_from_declaration: bool
-    """The engine sets its KV-cache dtype from the declaration itself, without the quant
-    config's reading (vLLM); else from that reading, so without a method the KV cache is the
-    model's dtype (SGLang)."""
-    note: str
-    """What the engine does, in its own terms."""
-    source: Source = None
-
-
-class LoaderDrop(BaseModel):
-    """An operand the model class's weight loader renames, for these architectures, to a name
-    the layer's quant method registers no parameter under: the loader skips it and the layer
-    computes with the parameter's initial value (``operand-unloaded``)."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str]
-    declared_family: list[str] | None = None
-    """Declared scheme families whose quant methods register ``operand``."""
-    declared_strategy: list[str] | None = None
-    """Declared weight strategies the quant method registers ``operand`` for."""
-    architecture: list[str]
-    """config.json's architectures (the first entry) whose model class renames it."""
-    operand: str
-    renamed_to: str
-    reason: str
-    """What the engine does, in its own terms."""
-    source: Source = None
-
-
-class GroupSkipped(BaseModel):
-    """A compressed-tensors config group the engine drops before it matches any layer: one
-    whose only target ends in ``target_suffix`` (vLLM: an attention class, ``LlamaAttention``)
-    (``config-group-skipped``)."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str]
-    target_suffix: str
-    note: str
-    """What the engine does, in its own terms; ``{target}`` is the group's target."""
-    source: Source = None
-
-
-class KvError(BaseModel):
-    """A check the engine makes of a producer's KV-cache declaration as it builds each
-    attention layer of ``layer_class``, raising where it fails: ``engine-refuses-declaration``.
-    The checks run in the profile's order, and the first that fails is the error raised."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str]
-    reads: Literal["type_bits", "strategy", "symmetric"]
-    """What the check reads of the declaration as written (a key not written is null):
-    ``[type, num_bits]``, ``strategy``, or whether ``symmetric`` is true as Python tests a
-    value (``if not is_symmetric``)."""
-    accepts: list[Any]
-    """The values it passes, compared as Python compares them (``8.0 == 8``)."""
-    text: str
-    """The engine's error text, a :meth:`str.format` template over ``num_bits``, ``type``,
-    ``strategy``, ``symmetric`` (as written, None where not) and ``strategy_enum``
-    (``QuantizationStrategy.GROUP``, as the engine prints the strategy it parsed)."""
-    layer_class: str = "Attention"
-    """The engine runs the check only for a layer of this class or a subclass of it (vLLM's
-    MLA attention is not one, and takes any KV-cache declaration)."""
-    stage: str = "as it builds the first attention layer"
-    source: Source = None
-
-
-class LayerError(BaseModel):
-    """The engine refuses at load a layer of this kind declared with a scheme it does not
-    take there (vLLM: a compressed-tensors embedding that is not weight-only INT): ``no-arm``
-    on the module. The scheme loads when its family, weight-only-ness and weight strategy are
-    all among the ``loads_*`` values given."""
-
-    model_config = frozen_config(extra="forbid")
-
-    producer: list[str] | None = None
-    layer_kind: list[str]
-    """The engine layer kinds (``embedding``, ...) the error is for."""
-    loads_family: list[str] | None = None
-    loads_weight_only: bool | None = None
-    loads_strategy: list[str] | None = None
-    reason: str
-    error: str
-    """The engine's error text; ``{scheme}`` is the declared scheme."""
-    source: Source = None
-
-
 class Profile(BaseModel):
     model_config = frozen_config(extra="forbid")
 
@@ -372,6 +165,7 @@ class Profile(BaseModel):
     kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_errors: list[KvError] = Field(default_factory=list)
     kv_unbuilt: list[KvUnbuilt] = Field(default_factory=list)
+    kv_scales_dropped: list[KvScalesDropped] = Field(default_factory=list)
     loader_drops: list[LoaderDrop] = Field(default_factory=list)
     groups_skipped: list[GroupSkipped] = Field(default_factory=list)
     reads_transform_config: bool = True
@@ -447,6 +241,7 @@ CITED_SECTIONS = (
     "kv_taken",
     "kv_errors",
     "kv_unbuilt",
+    "kv_scales_dropped",
     "loader_drops",
     "groups_skipped",
 )

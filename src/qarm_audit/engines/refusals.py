@@ -12,7 +12,8 @@ from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from ..resolve.producer import producer_matches
 from ..resolve.resolver import Membership
-from .profile import DeclarationError, GroupSkipped, LayerError, LoaderDrop, Profile
+from .entries import DeclarationError, GroupSkipped, LayerError, LoaderDrop
+from .profile import Profile
 
 
 def _scheme_holds(error: DeclarationError, scheme: Scheme) -> bool:
