@@ -539,3 +539,18 @@ def test_sglang_loads_the_block_scales_of_other_architectures(tmp_path: Path, ru
     llama_root = checkpoint(tmp_path, llama(spell=block_fp8))
     code, report = sglang(run, llama_root, "sm90")
     assert code == 1 and {r["code"] for r in report["refusals"]} == {"operand-unloaded"}
+
+
+@pytest.mark.parametrize("release", ["0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+def test_vllm_mistral3_renames_block_scales_away(tmp_path: Path, run: Any, release: str) -> None:
+    """vllm-project/vllm vllm/model_executor/models/mistral3.py: hf_to_vllm_mapper renames
+    .weight_scale_inv to .weight_scale (Mistral's per-tensor FP8), which the block method does
+    not register: AutoWeightsLoader raises."""
+    root = write_checkpoint(
+        tmp_path / "m3",
+        {"model.safetensors": llama(spell=block_fp8)},
+        {"config.json": {**config(), "architectures": ["Mistral3ForConditionalGeneration"]}},
+    )
+    _, report = audit(run, root, f"--engine=vllm=={release}")
+    unloaded = [r for r in report["refusals"] if r["code"] == "operand-unloaded"]
+    assert unloaded and "AutoWeightsLoader raises as it loads" in unloaded[0]["message"]
