@@ -1,7 +1,8 @@
 """What the engine refuses or ignores outside the arm line: a declaration as a whole, before it
 builds any layer; a layer of a kind the arm line does not cover (an embedding) declared with a
-scheme the engine does not take there; config groups it drops; transforms it does not apply.
-The declared KV cache is :mod:`.kv_cache`'s."""
+scheme the engine does not take there; an operand a model's weight loader renames away from its
+parameter; config groups it drops; transforms it does not apply. The declared KV cache is
+:mod:`.kv_cache`'s."""
 
 from __future__ import annotations
 
