@@ -244,3 +244,40 @@ def test_vllm_drops_the_kv_scales_of_deepseek_mla(tmp_path: Path, engine: str) -
     # a scale the loader would refuse is never loaded either
     misshapen = audit(str(modelopt_deepseek(tmp_path / "shape", scale=(8,))), engine=engine)
     assert codes(misshapen) == ["kv-scales-unloaded"]
+
+
+def ct_deepseek(root: Path) -> Path:
+    """The same DeepSeek-V3 with compressed-tensors FP8 weights and an FP8 KV cache, its scales
+    on the attention module as llm-compressor writes them."""
+    from conftest import CT_FP8
+    from test_native_fp8 import deepseek_config, deepseek_v3
+
+    tensors: dict[str, Any] = {}
+    for name, (dtype, shape) in deepseek_v3().items():
+        module, _, operand = name.rpartition(".")
+        tensors[f"{module}.weight_scale" if operand == "weight_scale_inv" else name] = (
+            ("F32", ()) if operand == "weight_scale_inv" else (dtype, shape)
+        )
+    for n in (0, 1):
+        tensors[f"model.layers.{n}.self_attn.k_scale"] = ("F32", ())
+        tensors[f"model.layers.{n}.self_attn.v_scale"] = ("F32", ())
+    config = deepseek_config()
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": CT_FP8}},
+        "ignore": ["lm_head", "re:.*mlp\\.gate$"],
+        "kv_cache_scheme": {**CT_FP8, "dynamic": False},
+    }
+    return write_checkpoint(root, {"model.safetensors": tensors}, {"config.json": config})
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_vllm_keeps_a_compressed_tensors_kv_cache_of_deepseek_mla_unquantized(
+    tmp_path: Path, engine: str
+) -> None:
+    report = audit(str(ct_deepseek(tmp_path / "ct")), engine=engine, gpu="sm90")
+    assert codes(report) == ["kv-cache-ignored"]
+    message = report.warnings[0].message
+    assert "builds no KV-cache method on its multi-head latent attention" in message
+    assert "the KV cache is the model's dtype" in message

@@ -151,18 +151,22 @@ class KvUnbuilt(BaseModel):
 
 
 class KvScalesDropped(BaseModel):
-    """The engine builds its KV-cache method on this model's attention layers, but its weight
-    loader maps every KV-scale name a producer writes to another attention layer's parameter
-    names: the scales are not loaded, and the KV cache is quantized with scales of 1.0
-    (``kv-scales-unloaded``). Holds for these architectures where config.json states
-    ``config_key`` (vLLM: ``kv_lora_rank``, with which it builds multi-head latent
-    attention)."""
+    """The engine does not load the shipped KV scales into this model's attention layers: it
+    builds no KV-cache method on them, or its weight loader maps every KV-scale name a producer
+    writes to another attention layer's parameter names. The KV cache is then quantized with
+    scales of 1.0 (``kv-scales-unloaded``), or left in the model's dtype. Holds for these
+    architectures where config.json states ``config_key`` (vLLM: ``kv_lora_rank``, with which
+    it builds multi-head latent attention)."""
 
     model_config = frozen_config(extra="forbid")
 
     producer: list[str]
     architecture: list[str]
     config_key: str
+    dtype_from_declaration: bool
+    """The engine still sets its KV-cache dtype from the declaration (the KV cache is then
+    quantized with scales of 1.0); else the KV cache is the model's dtype
+    (``kv-cache-ignored``)."""
     note: str
     """What the engine does, in its own terms."""
     source: Source = None

@@ -32,8 +32,9 @@ class KvFate:
     @property
     def ignored(self) -> bool:
         """The KV cache is the model's dtype (with ``--kv-cache-dtype auto``)."""
-        return self.not_taken is not None or (
-            self.unbuilt is not None and not self.unbuilt.dtype_from_declaration
+        return self.not_taken is not None or any(
+            cause is not None and not cause.dtype_from_declaration
+            for cause in (self.unbuilt, self.dropped)
         )
 
     @property
@@ -128,13 +129,19 @@ def kv_cache_ignored(profile: Profile, declaration: Declaration, fate: KvFate) -
     if kv is None or not fate.ignored:
         return []
     said = f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; {profile.label} "
-    unbuilt, taken = fate.unbuilt, fate.not_taken
-    built = f"; it {unbuilt.note}{_cite(unbuilt.source)}" if unbuilt is not None else ""
-    if taken is None:
-        assert unbuilt is not None
+    unbuilt, dropped, taken = fate.unbuilt, fate.dropped, fate.not_taken
+    cause = unbuilt or dropped
+    built = f"; it {cause.note}{_cite(cause.source)}" if cause is not None else ""
+    if taken is None and unbuilt is not None:
         text = (
             f"{unbuilt.note}, and takes its KV-cache dtype from that same reading: with "
             f"--kv-cache-dtype auto the KV cache is the model's dtype{_cite(unbuilt.source)}"
+        )
+    elif taken is None:
+        assert dropped is not None
+        text = (
+            f"{dropped.note}: with --kv-cache-dtype auto the KV cache is the model's dtype"
+            f"{_cite(dropped.source)}"
         )
     else:
         scales = f"; {taken.scales_note}" if taken.scales_loaded and taken.scales_note else ""
