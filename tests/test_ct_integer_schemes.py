@@ -17,7 +17,6 @@ absent input activations' ``num_bits``.
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,16 @@ import pytest
 from conftest import REPO, write_checkpoint
 from qarm_audit import audit
 from qarm_audit.report.model import Report
+from qarm_audit.sources import open_source
 
 W4AFP8 = REPO / "fixtures" / "producers" / "llmcompressor-w4afp8"
 VLLM = ["vllm==0.30.0", "vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0"]
 
 
 def fixture_tensors(folder: Path = W4AFP8) -> dict[str, Any]:
-    raw = (folder / "model.safetensors").read_bytes()
-    (length,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + length])
-    header.pop("__metadata__", None)
-    return {name: (entry["dtype"], tuple(entry["shape"])) for name, entry in header.items()}
+    """A producer fixture's tensors as ``write_checkpoint`` takes them: (dtype, shape)."""
+    shards = open_source(str(folder)).shards
+    return {t.name: (t.dtype, t.shape) for shard in shards for t in shard.tensors}
 
 
 def variant(root: Path, *, packed: bool, activations: dict[str, Any] | None = None) -> Path:

@@ -43,6 +43,15 @@ def scales(shape: tuple[int, ...] = ()) -> dict[str, Any]:
     return out
 
 
+def fp8_layers(tensors: dict[str, Any]) -> dict[str, Any]:
+    """A MIXED_PRECISION map listing every module that ships an FP8 weight as FP8."""
+    return {
+        name.removesuffix(".weight"): {"quant_algo": "FP8"}
+        for name, (dtype, _) in tensors.items()
+        if dtype == "F8_E4M3"
+    }
+
+
 def flat(root: Path, algo: str, kv: dict[str, Any], shipped: dict[str, Any], engine: str) -> Report:
     """ModelOpt FP8 projections declared in config.json's flat form as ``algo`` (every
     projection listed FP8 under MIXED_PRECISION), with the KV-cache keys ``kv``."""
@@ -55,11 +64,7 @@ def flat(root: Path, algo: str, kv: dict[str, Any], shipped: dict[str, Any], eng
         **kv,
     }
     if algo == "MIXED_PRECISION":
-        block["quantized_layers"] = {
-            name.removesuffix(".weight"): {"quant_algo": "FP8"}
-            for name, (dtype, _) in tensors.items()
-            if dtype == "F8_E4M3"
-        }
+        block["quantized_layers"] = fp8_layers(tensors)
     config = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -116,31 +121,21 @@ def test_the_method_is_built_for_a_mapping_of_float_8_only(tmp_path: Path) -> No
         "kv-scales-unloaded"
     ]
     # nested (hf_quant_config.json's shape) reads kv_cache_quant_algo: built
+    tensors = {**llama(2, fp8_modelopt), **scales()}
+    quantization = {
+        "quant_algo": "MIXED_PRECISION",
+        "kv_cache_quant_algo": "NVFP4",
+        "exclude_modules": ["lm_head"],
+        "quantized_layers": fp8_layers(tensors),
+    }
     nested = write_checkpoint(
         tmp_path / "nested",
-        {"model.safetensors": {**llama(2, fp8_modelopt), **scales()}},
+        {"model.safetensors": tensors},
         {
             "config.json": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
             "hf_quant_config.json": {
                 "producer": {"name": "modelopt", "version": "0.47.0"},
-                "quantization": {
-                    "quant_algo": "MIXED_PRECISION",
-                    "kv_cache_quant_algo": "NVFP4",
-                    "exclude_modules": ["lm_head"],
-                    "quantized_layers": {
-                        f"model.layers.{n}.{part}": {"quant_algo": "FP8"}
-                        for n in range(2)
-                        for part in (
-                            "self_attn.q_proj",
-                            "self_attn.k_proj",
-                            "self_attn.v_proj",
-                            "self_attn.o_proj",
-                            "mlp.gate_proj",
-                            "mlp.up_proj",
-                            "mlp.down_proj",
-                        )
-                    },
-                },
+                "quantization": quantization,
             },
         },
     )

@@ -22,7 +22,7 @@ from ..findings import Finding, finding
 from ..modules.inventory import FUSED_SHARDS, ModuleInfo, engine_layers
 from ..modules.operands import OperandKind, classify_operand
 from ..report.model import ArmRow, RoutingMove
-from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
+from ..resolve.resolver import EXCLUDED, UNLISTED, Membership, declared_scheme
 from .profile import Profile, View, select, uses_gpu
 
 _NAME = attrgetter("name")
@@ -123,10 +123,6 @@ class Outcome:
     """The row label: ``sm90`` for a given GPU, a range, or None when it holds everywhere."""
     total: bool
     """It holds for the GPU asked about, or for every capability of the standard set."""
-
-
-def _scheme_of(declaration: Declaration, membership: Membership) -> Scheme | None:
-    return declaration.schemes.get(membership.bucket) if membership.declared_quantized else None
 
 
 def declared_operands(scheme: Scheme | None, shipped: Iterable[str]) -> frozenset[str]:
@@ -395,7 +391,7 @@ def arm_rows(
             if view is None:
                 view = views[shape] = make_view(
                     declaration,
-                    _scheme_of(declaration, membership),
+                    declared_scheme(declaration, membership),
                     routing=routing,
                     module=first.name,
                     shipped=spelling,
@@ -567,7 +563,7 @@ def routing_moves(
         spelling = spellings.get(name)
         if spelling is None or info.kind != "linear":
             continue
-        scheme = _scheme_of(declaration, memberships[name])
+        scheme = declared_scheme(declaration, memberships[name])
         views = [
             make_view(
                 declaration,

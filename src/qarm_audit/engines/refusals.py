@@ -12,7 +12,7 @@ from ..declarations import CompressedTensorsRules, Declaration, Scheme
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from ..resolve.producer import producer_matches
-from ..resolve.resolver import Membership
+from ..resolve.resolver import Membership, declared_scheme
 from .entries import DeclarationError, GroupSkipped, LayerError, LoaderDrop
 from .profile import Profile
 
@@ -117,8 +117,8 @@ def layer_refusals(
             membership = memberships.get(info.name)
             if info.layer_kind not in error.layer_kind or membership is None:
                 continue
-            scheme = declaration.schemes.get(membership.bucket)
-            if scheme is None or not membership.declared_quantized:
+            scheme = declared_scheme(declaration, membership)
+            if scheme is None:
                 continue
             if error.producer is not None and scheme.producer not in error.producer:
                 continue
@@ -158,7 +158,7 @@ def loader_drops(
             if drop.operand not in info.operands:
                 continue
             membership = memberships.get(info.name)
-            scheme = _declared_scheme(declaration, membership)
+            scheme = declared_scheme(declaration, membership)
             if scheme is None or not _drop_holds(drop, scheme):
                 continue
             assert membership is not None
@@ -177,12 +177,6 @@ def loader_drops(
                 )
             )
     return out
-
-
-def _declared_scheme(declaration: Declaration, membership: Membership | None) -> Scheme | None:
-    if membership is None or not membership.declared_quantized:
-        return None
-    return declaration.schemes.get(membership.bucket)
 
 
 def _drop_holds(drop: LoaderDrop, scheme: Scheme) -> bool:

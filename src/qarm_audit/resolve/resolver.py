@@ -17,7 +17,7 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, TypeAlias, cast
 
-from ..declarations import ModelOptRules
+from ..declarations import Declaration, ModelOptRules, Scheme
 from ..findings import Finding, finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo, engine_layers
@@ -76,6 +76,13 @@ UNLISTED_MEMBERSHIP = Membership(UNLISTED, "none")
 """A module no declaration entry names: shared, since most unlisted modules are alike."""
 NOT_QUANTIZABLE = frozenset({"norm", "conv", "transform"})
 """Layer kinds no quant method applies to in the engines (only Linear and MoE layers)."""
+
+
+def declared_scheme(declaration: Declaration, membership: Membership | None) -> Scheme | None:
+    """The scheme a module is declared quantized with, else None (unlisted, excluded)."""
+    if membership is None or not membership.declared_quantized:
+        return None
+    return declaration.schemes.get(membership.bucket)
 
 
 def layer_override(info: ModuleInfo) -> Membership | None:
