@@ -193,7 +193,13 @@ def test_sglang_takes_the_kv_dtype_from_its_own_reading(tmp_path: Path) -> None:
 # skipped as "... is not loaded." and the KV cache runs with scales of 1.0.
 
 
-def modelopt_deepseek(root: Path, mla: bool = True, scale: tuple[int, ...] = ()) -> Path:
+def modelopt_deepseek(
+    root: Path,
+    mla: bool = True,
+    scale: tuple[int, ...] = (),
+    architecture: str = "DeepseekV3ForCausalLM",
+    kv_names: tuple[str, str] = ("k_scale", "v_scale"),
+) -> Path:
     from test_native_fp8 import deepseek_config, deepseek_v3
 
     tensors: dict[str, Any] = {}
@@ -205,10 +211,11 @@ def modelopt_deepseek(root: Path, mla: bool = True, scale: tuple[int, ...] = ())
         else:
             tensors[name] = (dtype, shape)
     for n in (0, 1):
-        tensors[f"model.layers.{n}.self_attn.k_scale"] = ("F32", scale)
-        tensors[f"model.layers.{n}.self_attn.v_scale"] = ("F32", scale)
+        for kv_name in kv_names:
+            tensors[f"model.layers.{n}.self_attn.{kv_name}"] = ("F32", scale)
     config = deepseek_config()
     del config["quantization_config"]
+    config["architectures"] = [architecture]
     if not mla:
         del config["kv_lora_rank"]
     quant = {
@@ -239,6 +246,31 @@ def test_vllm_drops_the_kv_scales_of_deepseek_mla(tmp_path: Path, engine: str) -
     # a scale the loader would refuse is never loaded either
     misshapen = audit(str(modelopt_deepseek(tmp_path / "shape", scale=(8,))), engine=engine)
     assert codes(misshapen) == ["kv-scales-unloaded"]
+
+
+# DeepSeek V3.2 and GLM-5 (vllm/models/deepseek_v32 on CUDA) build their sparse MLA attention at
+# self_attn itself; the same mapper and maybe_remap_kv_scale_name leave every scale unloaded,
+# including the self_attn.k_proj.k_scale that ModelOpt writes for any attention module
+# (modelopt/torch/export/quant_utils.py _KV_CACHE_REPLACEMENTS, nvidia-modelopt 0.47.0). What
+# a scale of 1.0 means depends on the backend's cache format, which the warning says.
+@pytest.mark.parametrize("engine", VLLM)
+@pytest.mark.parametrize("architecture", ["GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM"])
+@pytest.mark.parametrize("kv_names", [("k_proj.k_scale", "v_proj.v_scale"), ("k_scale", "v_scale")])
+def test_vllm_drops_the_kv_scales_of_sparse_mla(
+    tmp_path: Path, engine: str, architecture: str, kv_names: tuple[str, str]
+) -> None:
+    root = modelopt_deepseek(tmp_path / "dsa", architecture=architecture, kv_names=kv_names)
+    report = audit(str(root), engine=engine, gpu="sm100")
+    assert codes(report) == ["kv-scales-unloaded"]
+    message = report.warnings[0].message
+    assert "loads no shipped KV scale into its sparse multi-head latent attention" in message
+    assert "DeepseekV32Model.load_weights" in message
+    assert "4 k/v scales are shipped" in message
+    assert "standard fp8 (FlashInfer's sparse MLA" in message
+    assert "fp8_ds_mla format" in message
+    assert "default scales of 1.0" not in message  # the entry's own effect, not the rule's
+    no_mla = audit(str(modelopt_deepseek(tmp_path / "mha", mla=False, architecture=architecture)))
+    assert "kv-scales-unloaded" not in codes(no_mla)
 
 
 def ct_deepseek(root: Path) -> Path:

@@ -150,6 +150,10 @@ class KvUnbuilt(BaseModel):
     source: Source = None
 
 
+SCALES_OF_ONE = "the KV cache is quantized with the attention layers' default scales of 1.0"
+"""What a quantized KV cache whose shipped scales are not loaded runs with, as a rule."""
+
+
 class KvScalesDropped(BaseModel):
     """The engine does not load the shipped KV scales into this model's attention layers: it
     builds no KV-cache method on them, or its weight loader maps every KV-scale name a producer
@@ -169,6 +173,9 @@ class KvScalesDropped(BaseModel):
     (``kv-cache-ignored``)."""
     note: str
     """What the engine does, in its own terms."""
+    effect: str = SCALES_OF_ONE
+    """What the unloaded scales mean where the KV cache is quantized (``kv-scales-unloaded``):
+    an attention backend may store the cache in a format that reads no static scale."""
     source: Source = None
 
 

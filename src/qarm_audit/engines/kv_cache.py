@@ -12,7 +12,7 @@ from ..declarations import Declaration, KvDeclaration
 from ..findings import Finding, finding
 from ..layers.facts import ArchitectureFacts, EngineFacts
 from ..layers.model_config import ModelConfig
-from .entries import KvError, KvScalesDropped, KvTaken, KvUnbuilt
+from .entries import SCALES_OF_ONE, KvError, KvScalesDropped, KvTaken, KvUnbuilt
 from .profile import Profile
 
 
@@ -159,14 +159,14 @@ def kv_scales_unloaded(
     cause = fate.unbuilt or fate.dropped
     if kv is None or cause is None or fate.ignored or not shipped:
         return []
+    effect = cause.effect if isinstance(cause, KvScalesDropped) else SCALES_OF_ONE
     return [
         finding(
             "kv-scales-unloaded",
             f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)} for "
             f"{declaration.algo} and {shipped} k/v scales are shipped; {profile.label} "
             f"{cause.note}, while it still sets its KV-cache dtype from the declaration: "
-            "the KV cache is quantized with the attention layers' default scales of 1.0"
-            f"{_cite(cause.source)}",
+            f"{effect}{_cite(cause.source)}",
         )
     ]
 
