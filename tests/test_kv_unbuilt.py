@@ -199,6 +199,7 @@ def modelopt_deepseek(
     scale: tuple[int, ...] = (),
     architecture: str = "DeepseekV3ForCausalLM",
     kv_names: tuple[str, str] = ("k_scale", "v_scale"),
+    kimi: bool = False,
 ) -> Path:
     from test_native_fp8 import deepseek_config, deepseek_v3
 
@@ -227,6 +228,8 @@ def modelopt_deepseek(
         },
     }
     documents = {"config.json": config, "hf_quant_config.json": quant}
+    if kimi:
+        tensors, documents = as_kimi_k25(tensors, documents)
     return write_checkpoint(root, {"model.safetensors": tensors}, documents)
 
 
@@ -273,7 +276,37 @@ def test_vllm_drops_the_kv_scales_of_sparse_mla(
     assert "kv-scales-unloaded" not in codes(no_mla)
 
 
-def ct_deepseek(root: Path) -> Path:
+def as_kimi_k25(
+    tensors: dict[str, Any], documents: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A DeepSeek-V3 checkpoint as Kimi K2.5 ships its text model: every tensor under
+    ``language_model.``, the DeepSeek config as ``text_config``, the declaration where it was."""
+    config = dict(documents["config.json"])
+    kimi: dict[str, Any] = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+    }
+    if "quantization_config" in config:
+        kimi["quantization_config"] = config.pop("quantization_config")
+    kimi["text_config"] = config
+    renamed = {f"language_model.{name}": tensor for name, tensor in tensors.items()}
+    return renamed, {**documents, "config.json": kimi}
+
+
+# Kimi K2.5 (kimi_k25.py) builds its text model as DeepseekV2ForCausalLM: the same MLA attention,
+# the same loader, through an AutoWeightsLoader of its own that applies the mapper first.
+@pytest.mark.parametrize("engine", VLLM)
+def test_vllm_reads_the_kv_cache_of_kimi_k25_as_of_deepseek_mla(
+    tmp_path: Path, engine: str
+) -> None:
+    modelopt = audit(str(modelopt_deepseek(tmp_path / "mo", kimi=True)), engine=engine)
+    assert codes(modelopt) == ["kv-scales-unloaded"]
+    assert "language_model" not in modelopt.warnings[0].message
+    ct = audit(str(ct_deepseek(tmp_path / "ct", kimi=True)), engine=engine, gpu="sm90")
+    assert codes(ct) == ["kv-cache-ignored"]
+
+
+def ct_deepseek(root: Path, kimi: bool = False) -> Path:
     """The same DeepSeek-V3 with compressed-tensors FP8 weights and an FP8 KV cache, its scales
     on the attention module as llm-compressor writes them."""
     from conftest import CT_FP8
@@ -296,7 +329,10 @@ def ct_deepseek(root: Path) -> Path:
         "ignore": ["lm_head", "re:.*mlp\\.gate$"],
         "kv_cache_scheme": {**CT_FP8, "dynamic": False},
     }
-    return write_checkpoint(root, {"model.safetensors": tensors}, {"config.json": config})
+    documents: dict[str, Any] = {"config.json": config}
+    if kimi:
+        tensors, documents = as_kimi_k25(tensors, documents)
+    return write_checkpoint(root, {"model.safetensors": tensors}, documents)
 
 
 @pytest.mark.parametrize("engine", VLLM)
