@@ -306,7 +306,9 @@ def test_vllm_reads_the_kv_cache_of_kimi_k25_as_of_deepseek_mla(
     assert codes(ct) == ["kv-cache-ignored"]
 
 
-def ct_deepseek(root: Path, kimi: bool = False) -> Path:
+def ct_deepseek(
+    root: Path, kimi: bool = False, architecture: str = "DeepseekV3ForCausalLM"
+) -> Path:
     """The same DeepSeek-V3 with compressed-tensors FP8 weights and an FP8 KV cache, its scales
     on the attention module as llm-compressor writes them."""
     from conftest import CT_FP8
@@ -329,6 +331,7 @@ def ct_deepseek(root: Path, kimi: bool = False) -> Path:
         "ignore": ["lm_head", "re:.*mlp\\.gate$"],
         "kv_cache_scheme": {**CT_FP8, "dynamic": False},
     }
+    config["architectures"] = [architecture]
     documents: dict[str, Any] = {"config.json": config}
     if kimi:
         tensors, documents = as_kimi_k25(tensors, documents)
@@ -344,3 +347,22 @@ def test_vllm_keeps_a_compressed_tensors_kv_cache_of_deepseek_mla_unquantized(
     message = report.warnings[0].message
     assert "builds no KV-cache method on its multi-head latent attention" in message
     assert "the KV cache is the model's dtype" in message
+
+
+# GLM-4.7-Flash (Glm4MoeLiteForCausalLM) builds DeepseekV2MLAAttention and ends its own loader in
+# the same maybe_remap_kv_scale_name; MistralLarge3ForCausalLM is DeepseekV3ForCausalLM with a
+# mapper of Mistral names that maps no KV-scale name: a checkpoint of either in transformers'
+# names fares as DeepSeek-V3's.
+@pytest.mark.parametrize("engine", VLLM)
+@pytest.mark.parametrize("architecture", ["Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM"])
+def test_vllm_reads_the_kv_cache_of_other_deepseek_mla_models_alike(
+    tmp_path: Path, engine: str, architecture: str
+) -> None:
+    root = modelopt_deepseek(
+        tmp_path / "mo", architecture=architecture, kv_names=("k_proj.k_scale", "v_proj.v_scale")
+    )
+    modelopt = audit(str(root), engine=engine, gpu="sm90")
+    assert codes(modelopt) == ["kv-scales-unloaded"]
+    assert "self_attn.mla_attn.mla_attn" in modelopt.warnings[0].message
+    ct = audit(str(ct_deepseek(tmp_path / "ct", architecture=architecture)), engine=engine)
+    assert codes(ct) == ["kv-cache-ignored"]
