@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import REPO, fp8_modelopt, llama, write_checkpoint
@@ -200,6 +201,8 @@ def modelopt_deepseek(
     architecture: str = "DeepseekV3ForCausalLM",
     kv_names: tuple[str, str] = ("k_scale", "v_scale"),
     kimi: bool = False,
+    kv_value: float | None = None,
+    config_extra: dict[str, Any] | None = None,
 ) -> Path:
     from test_native_fp8 import deepseek_config, deepseek_v3
 
@@ -213,10 +216,12 @@ def modelopt_deepseek(
             tensors[name] = (dtype, shape)
     for n in (0, 1):
         for kv_name in kv_names:
-            tensors[f"model.layers.{n}.self_attn.{kv_name}"] = ("F32", scale)
+            spec = ("F32", scale) if kv_value is None else ("F32", scale, np.float32(kv_value))
+            tensors[f"model.layers.{n}.self_attn.{kv_name}"] = spec
     config = deepseek_config()
     del config["quantization_config"]
     config["architectures"] = [architecture]
+    config.update(config_extra or {})
     if not mla:
         del config["kv_lora_rank"]
     quant = {

@@ -226,6 +226,17 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "the engine ignores the declared KV-cache quantization: its KV cache is the model's dtype",
     ),
+    "kv-scale-on-logits": (
+        Severity.REFUSAL,
+        "the engine's default attention backend writes the FP8 KV cache without a scale and "
+        "multiplies the attention logits by the loaded k_scale, and a shipped k_scale read by "
+        "--probe-scalars is not 1.0",
+    ),
+    "kv-scale-on-logits-unread": (
+        Severity.WARNING,
+        "the engine's default attention backend multiplies the attention logits by the loaded "
+        "k_scale and writes the FP8 KV cache without it; the shipped values were not read",
+    ),
     "kv-scales-undeclared": (
         Severity.INFO,
         "k/v scales are shipped but no quantized KV cache is declared",

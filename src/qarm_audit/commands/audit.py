@@ -21,6 +21,7 @@ from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
+from ..engines.kv_backend import kv_scale_on_logits
 from ..engines.kv_cache import kv_cache_ignored, kv_cache_refusals, kv_fate, kv_scales_unloaded
 from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..engines.refusals import (
@@ -301,7 +302,7 @@ def _audit(
         else None
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
-    fate = kv_fate(profile, declaration, model_config)
+    fate = kv_fate(profile, declaration, model_config, gpu)
     findings.extend(kv_cache_ignored(profile, declaration, fate))
     if not fate.ignored:
         findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
@@ -322,6 +323,8 @@ def _audit(
     if probe_scalars:
         probe, probe_findings = probe_values(checkpoint, modules)
         findings.extend(probe_findings)
+    # after the probe: what a shipped k_scale does to the logits depends on its value
+    findings.extend(kv_scale_on_logits(profile, declaration, model_config, gpu, modules, probe))
     buckets = _buckets(declaration, alike, len(tensors))
     # the message breaks ties: a set has no order of its own (string hashes vary per process)
     rows = sorted(

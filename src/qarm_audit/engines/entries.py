@@ -179,6 +179,42 @@ class KvScalesDropped(BaseModel):
     source: Source = None
 
 
+class KvDtypeFromGpu(BaseModel):
+    """The engine sets these models' KV-cache dtype from the GPU, not from the declaration
+    (with ``--kv-cache-dtype auto``): quantized from compute capability ``quantized_from`` up,
+    bfloat16 below it and wherever config.json states ``bfloat16_key``. Holds where
+    config.json states ``config_key`` (SGLang: ``index_topk``, DeepSeek's sparse attention)."""
+
+    model_config = frozen_config(extra="forbid")
+
+    architecture: list[str]
+    config_key: str
+    quantized_from: int
+    bfloat16_key: str | None = None
+    note: str
+    """What the engine does, in its own terms."""
+    source: Source = None
+
+
+class KvScaleOnLogits(BaseModel):
+    """The engine loads a shipped ``k_scale`` of the module ``<layer>.<module>`` into an
+    attention layer whose default backend, from compute capability ``gpu_min`` up, writes the
+    FP8 KV cache without a scale and multiplies the attention logits by that ``k_scale`` as it
+    reads: a shipped scale other than 1.0 changes the attention it is read for."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    architecture: list[str]
+    config_key: str
+    gpu_min: int
+    module: str
+    """The shipped scale's module, below the decoder layer: ``self_attn.k_proj``."""
+    note: str
+    """What the engine does, in its own terms."""
+    source: Source = None
+
+
 class LoaderDrop(BaseModel):
     """An operand the model class's weight loader renames, for these architectures, to a name
     the layer's quant method registers no parameter under: the loader skips it and the layer

@@ -12,7 +12,14 @@ from ..declarations import Declaration, KvDeclaration
 from ..findings import Finding, finding
 from ..layers.facts import ArchitectureFacts, EngineFacts
 from ..layers.model_config import ModelConfig
-from .entries import SCALES_OF_ONE, KvError, KvScalesDropped, KvTaken, KvUnbuilt
+from .entries import (
+    SCALES_OF_ONE,
+    KvDtypeFromGpu,
+    KvError,
+    KvScalesDropped,
+    KvTaken,
+    KvUnbuilt,
+)
 from .profile import Profile
 
 
@@ -28,13 +35,21 @@ class KvFate:
     dropped: KvScalesDropped | None = None
     """The profile's entry where its weight loader maps the shipped scales away from the
     model's attention layers."""
+    by_gpu: KvDtypeFromGpu | None = None
+    """The profile's entry where the engine sets this model's KV-cache dtype from the GPU,
+    and this GPU takes an unquantized one."""
+    gpu: int | None = None
 
     @property
     def ignored(self) -> bool:
         """The KV cache is the model's dtype (with ``--kv-cache-dtype auto``)."""
-        return self.not_taken is not None or any(
-            cause is not None and not cause.dtype_from_declaration
-            for cause in (self.unbuilt, self.dropped)
+        return (
+            self.not_taken is not None
+            or self.by_gpu is not None
+            or any(
+                cause is not None and not cause.dtype_from_declaration
+                for cause in (self.unbuilt, self.dropped)
+            )
         )
 
     @property
@@ -48,13 +63,39 @@ class KvFate:
 
 
 def kv_fate(
-    profile: Profile, declaration: Declaration, model_config: ModelConfig | None = None
+    profile: Profile,
+    declaration: Declaration,
+    model_config: ModelConfig | None = None,
+    gpu: int | None = None,
 ) -> KvFate:
+    config = model_config or ModelConfig()
     return KvFate(
         kv_not_taken(profile, declaration),
         kv_unbuilt(profile, declaration),
-        kv_dropped(profile, declaration, model_config or ModelConfig()),
+        kv_dropped(profile, declaration, config),
+        kv_dtype_by_gpu(profile, declaration, config, gpu),
+        gpu,
     )
+
+
+def kv_dtype_by_gpu(
+    profile: Profile, declaration: Declaration, model_config: ModelConfig, gpu: int | None
+) -> KvDtypeFromGpu | None:
+    """The profile's entry where the engine sets this model's KV-cache dtype from the GPU and
+    the GPU (given or detected) takes bfloat16; None where no GPU is known."""
+    if declaration.kv is None or gpu is None:
+        return None
+    for entry in profile.kv_dtype_from_gpu:
+        if (
+            model_config.architecture in entry.architecture
+            and model_config.get(entry.config_key) is not None
+            and (
+                gpu < entry.quantized_from
+                or (entry.bfloat16_key is not None and bool(model_config.get(entry.bfloat16_key)))
+            )
+        ):
+            return entry
+    return None
 
 
 def kv_dropped(
@@ -132,7 +173,14 @@ def kv_cache_ignored(profile: Profile, declaration: Declaration, fate: KvFate) -
     unbuilt, dropped, taken = fate.unbuilt, fate.dropped, fate.not_taken
     cause = unbuilt or dropped
     built = f"; it {cause.note}{_cite(cause.source)}" if cause is not None else ""
-    if taken is None and unbuilt is not None:
+    by_gpu = fate.by_gpu
+    ignores = any(c is not None and not c.dtype_from_declaration for c in (unbuilt, dropped))
+    if taken is None and not ignores and by_gpu is not None:
+        text = (
+            f"{by_gpu.note}: on sm{fate.gpu} with --kv-cache-dtype auto the KV cache is "
+            f"bfloat16{_cite(by_gpu.source)}{built}"
+        )
+    elif taken is None and unbuilt is not None:
         text = (
             f"{unbuilt.note}, and takes its KV-cache dtype from that same reading: with "
             f"--kv-cache-dtype auto the KV cache is the model's dtype{_cite(unbuilt.source)}"

@@ -23,7 +23,9 @@ from ..frozen import frozen_config
 from .entries import (
     DeclarationError,
     GroupSkipped,
+    KvDtypeFromGpu,
     KvError,
+    KvScaleOnLogits,
     KvScalesDropped,
     KvTaken,
     KvUnbuilt,
@@ -166,6 +168,8 @@ class Profile(BaseModel):
     kv_errors: list[KvError] = Field(default_factory=list)
     kv_unbuilt: list[KvUnbuilt] = Field(default_factory=list)
     kv_scales_dropped: list[KvScalesDropped] = Field(default_factory=list)
+    kv_dtype_from_gpu: list[KvDtypeFromGpu] = Field(default_factory=list)
+    kv_scale_on_logits: list[KvScaleOnLogits] = Field(default_factory=list)
     loader_drops: list[LoaderDrop] = Field(default_factory=list)
     groups_skipped: list[GroupSkipped] = Field(default_factory=list)
     reads_transform_config: bool = True
@@ -242,6 +246,8 @@ CITED_SECTIONS = (
     "kv_errors",
     "kv_unbuilt",
     "kv_scales_dropped",
+    "kv_dtype_from_gpu",
+    "kv_scale_on_logits",
     "loader_drops",
     "groups_skipped",
 )

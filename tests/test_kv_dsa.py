@@ -1,0 +1,80 @@
+"""SGLang and DeepSeek sparse attention (DSA: DeepSeek V3.2, GLM-5; ``index_topk`` in
+config.json), read from SGLang 0.5.22 and 0.5.23:
+
+- ``_dsa_kv_cache_dtype_default`` (``srt/arg_groups/overrides.py``) replaces
+  ``--kv-cache-dtype auto`` with fp8_e4m3 from sm100 and bfloat16 below it, before the
+  declaration is read: a declared FP8 KV cache is bfloat16 on Hopper (``kv-cache-ignored``).
+- From sm100 the DeepSeek weight loader renames ModelOpt's ``self_attn.k_proj.k_scale`` to
+  ``self_attn.attn_mqa.k_scale``, and the default DSA backend, trtllm, writes the FP8 cache
+  without a scale and reads with ``bmm1_scale = q_scale * k_scale * layer.scaling``
+  (``srt/layers/attention/dsa_backend.py``): a shipped k_scale other than 1.0 multiplies the
+  attention logits (``kv-scale-on-logits``; ``-unread`` without ``--probe-scalars``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qarm_audit import audit
+from test_kv_unbuilt import codes, modelopt_deepseek
+
+SGLANG = ["sglang==0.5.22", "sglang==0.5.23"]
+MODELOPT_NAMES = ("k_proj.k_scale", "v_proj.v_scale")
+DSA = {"index_topk": 2048}
+
+
+def glm5(root: Path, kv_value: float | None = None, **config: object) -> Path:
+    return modelopt_deepseek(
+        root,
+        architecture="GlmMoeDsaForCausalLM",
+        kv_names=MODELOPT_NAMES,
+        kv_value=kv_value,
+        config_extra={**DSA, **config},
+    )
+
+
+@pytest.mark.parametrize("engine", SGLANG)
+def test_sglang_keeps_a_dsa_kv_cache_in_bfloat16_below_sm100(tmp_path: Path, engine: str) -> None:
+    report = audit(str(glm5(tmp_path / "g")), engine=engine, gpu="sm90")
+    assert codes(report) == ["kv-cache-ignored"]
+    message = report.warnings[0].message
+    assert "sets the KV-cache dtype of a DeepSeek sparse-attention model" in message
+    assert "on sm90 with --kv-cache-dtype auto the KV cache is bfloat16" in message
+    # learnable attention sinks keep bfloat16 on every GPU
+    sinks = audit(str(glm5(tmp_path / "s", learnable_sink=True)), engine=engine, gpu="sm100")
+    assert "kv-cache-ignored" in codes(sinks)
+    # no index_topk: not sparse attention, the declaration decides
+    dense = modelopt_deepseek(tmp_path / "d", architecture="GlmMoeDsaForCausalLM")
+    assert codes(audit(str(dense), engine=engine, gpu="sm90")) == []
+    # no GPU known: nothing said of it
+    assert "kv-cache-ignored" not in codes(audit(str(glm5(tmp_path / "n")), engine=engine))
+
+
+@pytest.mark.parametrize("engine", SGLANG)
+def test_sglang_multiplies_dsa_logits_by_a_modelopt_k_scale(tmp_path: Path, engine: str) -> None:
+    report = audit(str(glm5(tmp_path / "g")), engine=engine, gpu="sm100")
+    assert codes(report) == ["kv-scale-on-logits-unread"]
+    message = report.warnings[0].message
+    assert "2 k_scale tensors are shipped as <layer>.self_attn.k_proj.k_scale" in message
+    assert "bmm1_scale = q_scale * k_scale * layer.scaling" in message
+    assert "--probe-scalars reads them" in message
+    # read: a calibrated scale is refused, scales of 1.0 are not
+    calibrated = audit(
+        str(glm5(tmp_path / "c", 0.0625)), engine=engine, gpu="sm100", probe_scalars=True
+    )
+    refusal = [f for f in calibrated.refusals if f.code == "kv-scale-on-logits"]
+    assert len(refusal) == 1
+    assert "2 of them are not 1.0 (e.g. model.layers.0.self_attn.k_proj.k_scale = 0.0625)" in (
+        refusal[0].message
+    )
+    ones = audit(str(glm5(tmp_path / "o", 1.0)), engine=engine, gpu="sm100", probe_scalars=True)
+    assert not {"kv-scale-on-logits", "kv-scale-on-logits-unread"} & set(codes(ones))
+    # a bare self_attn.k_scale is not renamed into attn_mqa, so never applied
+    bare = modelopt_deepseek(tmp_path / "b", architecture="GlmMoeDsaForCausalLM", config_extra=DSA)
+    assert codes(audit(str(bare), engine=engine, gpu="sm100")) == []
+    # vLLM is not SGLang
+    assert "kv-scale-on-logits-unread" not in codes(
+        audit(str(glm5(tmp_path / "v")), engine="vllm==0.33.0", gpu="sm100")
+    )
