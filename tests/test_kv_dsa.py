@@ -78,3 +78,29 @@ def test_sglang_multiplies_dsa_logits_by_a_modelopt_k_scale(tmp_path: Path, engi
     assert "kv-scale-on-logits-unread" not in codes(
         audit(str(glm5(tmp_path / "v")), engine="vllm==0.33.0", gpu="sm100")
     )
+
+
+# DeepSeek V3/R1 without sparse attention: on sm100 SGLang picks trtllm_mla, whose decode writes
+# the FP8 latent cache unscaled and reads with q_scale * k_scale * softmax_scale, k_scale taken
+# only where the KV cache is FP8 (a ModelOpt FP8 kv_cache_quant_algo under auto).
+@pytest.mark.parametrize("engine", SGLANG)
+def test_sglang_multiplies_mla_logits_by_a_modelopt_k_scale_on_sm100(
+    tmp_path: Path, engine: str
+) -> None:
+    root = modelopt_deepseek(tmp_path / "v3", kv_names=MODELOPT_NAMES)
+    report = audit(str(root), engine=engine, gpu="sm100")
+    assert codes(report) == ["kv-scale-on-logits-unread"]
+    assert "trtllm_mla" in report.warnings[0].message
+    # trtllm_mla is the default on sm100 only; fa3 and others there read no k_scale
+    for gpu in ("sm90", "sm120"):
+        assert codes(audit(str(root), engine=engine, gpu=gpu)) == []
+    read = audit(
+        str(modelopt_deepseek(tmp_path / "c", kv_names=MODELOPT_NAMES, kv_value=0.125)),
+        engine=engine,
+        gpu="sm100",
+        probe_scalars=True,
+    )
+    assert "kv-scale-on-logits" in codes(read)
+    # a KV algorithm SGLang does not take keeps the cache bfloat16, where k_scale is not read
+    int8 = modelopt_deepseek(tmp_path / "i", kv_names=MODELOPT_NAMES, kv_algo="INT8")
+    assert "kv-scale-on-logits-unread" not in codes(audit(str(int8), engine=engine, gpu="sm100"))

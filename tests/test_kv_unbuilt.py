@@ -203,6 +203,7 @@ def modelopt_deepseek(
     kimi: bool = False,
     kv_value: float | None = None,
     config_extra: dict[str, Any] | None = None,
+    kv_algo: str = "FP8",
 ) -> Path:
     from test_native_fp8 import deepseek_config, deepseek_v3
 
@@ -228,7 +229,7 @@ def modelopt_deepseek(
         "producer": {"name": "modelopt", "version": "0.47.0"},
         "quantization": {
             "quant_algo": "FP8",
-            "kv_cache_quant_algo": "FP8",
+            "kv_cache_quant_algo": kv_algo,
             "exclude_modules": ["lm_head", "model.layers.1.mlp.gate"],
         },
     }

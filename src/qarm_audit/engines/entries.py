@@ -208,6 +208,10 @@ class KvScaleOnLogits(BaseModel):
     architecture: list[str]
     config_key: str
     gpu_min: int
+    gpu_max: int | None = None
+    kv_algo: list[str] | None = None
+    """Declared KV algorithms it holds for (upper case): the backend applies the scale only to
+    an FP8 KV cache, which the engine sets from these; None: whatever is declared."""
     module: str
     """The shipped scale's module, below the decoder layer: ``self_attn.k_proj``."""
     note: str

@@ -78,6 +78,8 @@ def _entry(
             and model_config.architecture in entry.architecture
             and model_config.get(entry.config_key) is not None
             and gpu >= entry.gpu_min
+            and (entry.gpu_max is None or gpu <= entry.gpu_max)
+            and (entry.kv_algo is None or declaration.kv.algo.upper() in entry.kv_algo)
         ):
             return entry
     return None
