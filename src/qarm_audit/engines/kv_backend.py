@@ -86,8 +86,8 @@ def _entry(
 
 
 def _probed(probe: ProbeInfo | None, names: list[str]) -> dict[str, float] | None:
-    """Each name's value where the probe read every one as a single finite number; else
-    None (not probed, a manifest, a scale not read or of more than one element)."""
+    """Each name's value where the probe read every one as a single number; else None (not
+    probed, a manifest, a scale not read or of more than one element)."""
     if probe is None or not probe.available:
         return None
     rows = {row.tensor: row for row in probe.scalars}
