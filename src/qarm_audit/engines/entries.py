@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, model_validator
 
 from ..frozen import frozen_config
+from ..layers.model_config import ModelConfig
 
 SOURCE_FORMAT = re.compile(r"^[\w.-]+/[\w.-]+ \S+@[\w.-]+")
 """``owner/repo path@commit`` (a tag where the release records no commit), optionally followed
@@ -150,11 +151,24 @@ class KvUnbuilt(BaseModel):
     source: Source = None
 
 
+class ForModels(BaseModel):
+    """An entry that holds for these architectures, where config.json (or its
+    ``text_config``) states ``config_key``."""
+
+    model_config = frozen_config(extra="forbid")
+
+    architecture: list[str]
+    config_key: str
+
+    def holds_for(self, model: ModelConfig) -> bool:
+        return model.architecture in self.architecture and model.get(self.config_key) is not None
+
+
 SCALES_OF_ONE = "the KV cache is quantized with the attention layers' default scales of 1.0"
 """What a quantized KV cache whose shipped scales are not loaded runs with, as a rule."""
 
 
-class KvScalesDropped(BaseModel):
+class KvScalesDropped(ForModels):
     """The engine does not load the shipped KV scales into this model's attention layers: it
     builds no KV-cache method on them, or its weight loader maps every KV-scale name a producer
     writes to another attention layer's parameter names. The KV cache is then quantized with
@@ -165,8 +179,6 @@ class KvScalesDropped(BaseModel):
     model_config = frozen_config(extra="forbid")
 
     producer: list[str]
-    architecture: list[str]
-    config_key: str
     dtype_from_declaration: bool
     """The engine still sets its KV-cache dtype from the declaration (the KV cache is then
     quantized with scales of 1.0); else the KV cache is the model's dtype
@@ -179,7 +191,7 @@ class KvScalesDropped(BaseModel):
     source: Source = None
 
 
-class KvDtypeFromGpu(BaseModel):
+class KvDtypeFromGpu(ForModels):
     """The engine sets these models' KV-cache dtype from the GPU, not from the declaration
     (with ``--kv-cache-dtype auto``): quantized from compute capability ``quantized_from`` up,
     bfloat16 below it and wherever config.json states ``bfloat16_key``. Holds where
@@ -187,8 +199,6 @@ class KvDtypeFromGpu(BaseModel):
 
     model_config = frozen_config(extra="forbid")
 
-    architecture: list[str]
-    config_key: str
     quantized_from: int
     bfloat16_key: str | None = None
     note: str
@@ -196,7 +206,7 @@ class KvDtypeFromGpu(BaseModel):
     source: Source = None
 
 
-class KvScaleOnLogits(BaseModel):
+class KvScaleOnLogits(ForModels):
     """The engine loads a shipped ``k_scale`` of the module ``<layer>.<module>`` into an
     attention layer whose default backend, from compute capability ``gpu_min`` up, writes the
     FP8 KV cache without a scale and multiplies the attention logits by that ``k_scale`` as it
@@ -205,8 +215,6 @@ class KvScaleOnLogits(BaseModel):
     model_config = frozen_config(extra="forbid")
 
     producer: list[str]
-    architecture: list[str]
-    config_key: str
     gpu_min: int
     gpu_max: int | None = None
     kv_algo: list[str] | None = None

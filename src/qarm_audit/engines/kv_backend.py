@@ -75,8 +75,7 @@ def _entry(
     for entry in profile.kv_scale_on_logits:
         if (
             (declaration.method or "") in entry.producer
-            and model_config.architecture in entry.architecture
-            and model_config.get(entry.config_key) is not None
+            and entry.holds_for(model_config)
             and gpu >= entry.gpu_min
             and (entry.gpu_max is None or gpu <= entry.gpu_max)
             and (entry.kv_algo is None or declaration.kv.algo.upper() in entry.kv_algo)

@@ -86,14 +86,8 @@ def kv_dtype_by_gpu(
     if declaration.kv is None or gpu is None:
         return None
     for entry in profile.kv_dtype_from_gpu:
-        if (
-            model_config.architecture in entry.architecture
-            and model_config.get(entry.config_key) is not None
-            and (
-                gpu < entry.quantized_from
-                or (entry.bfloat16_key is not None and bool(model_config.get(entry.bfloat16_key)))
-            )
-        ):
+        sinks = entry.bfloat16_key is not None and bool(model_config.get(entry.bfloat16_key))
+        if entry.holds_for(model_config) and (gpu < entry.quantized_from or sinks):
             return entry
     return None
 
@@ -106,11 +100,7 @@ def kv_dropped(
     if declaration.kv is None:
         return None
     for dropped in profile.kv_scales_dropped:
-        if (
-            (declaration.method or "") in dropped.producer
-            and model_config.architecture in dropped.architecture
-            and model_config.get(dropped.config_key) is not None
-        ):
+        if (declaration.method or "") in dropped.producer and dropped.holds_for(model_config):
             return dropped
     return None
 
