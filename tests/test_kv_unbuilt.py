@@ -372,3 +372,19 @@ def test_vllm_reads_the_kv_cache_of_other_deepseek_mla_models_alike(
     assert "self_attn.mla_attn.mla_attn" in modelopt.warnings[0].message
     ct = audit(str(ct_deepseek(tmp_path / "ct", architecture=architecture)), engine=engine)
     assert codes(ct) == ["kv-cache-ignored"]
+
+
+# DeepSeek V3.2 and GLM-5 under a compressed-tensors config: no KV-cache method on the sparse MLA
+# attention and no cache dtype from the kv_cache_scheme, so the KV cache is the model's dtype,
+# except on sm12x, where the sparse backend stores even an auto cache as fp8_ds_mla.
+@pytest.mark.parametrize("engine", VLLM)
+@pytest.mark.parametrize("architecture", ["GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM"])
+def test_vllm_keeps_a_compressed_tensors_kv_cache_of_sparse_mla_unquantized_below_sm120(
+    tmp_path: Path, engine: str, architecture: str
+) -> None:
+    root = str(ct_deepseek(tmp_path / "ct", architecture=architecture))
+    for gpu in ("sm90", "sm100", None):
+        report = audit(root, engine=engine, gpu=gpu)
+        assert codes(report) == ["kv-cache-ignored"], gpu
+        assert "DeepseekV32Attention is an MLAAttention" in report.warnings[0].message
+    assert codes(audit(root, engine=engine, gpu="sm120")) == []

@@ -185,6 +185,9 @@ class KvScalesDropped(ForModels):
     (``kv-cache-ignored``)."""
     note: str
     """What the engine does, in its own terms."""
+    gpu_max: int | None = None
+    """The highest compute capability it holds on (above it an attention backend keeps a KV
+    cache of its own); None: every GPU. With no GPU known it is taken to hold."""
     effect: str = SCALES_OF_ONE
     """What the unloaded scales mean where the KV cache is quantized (``kv-scales-unloaded``):
     an attention backend may store the cache in a format that reads no static scale."""

@@ -72,7 +72,7 @@ def kv_fate(
     return KvFate(
         kv_not_taken(profile, declaration),
         kv_unbuilt(profile, declaration),
-        kv_dropped(profile, declaration, config),
+        kv_dropped(profile, declaration, config, gpu),
         kv_dtype_by_gpu(profile, declaration, config, gpu),
         gpu,
     )
@@ -93,14 +93,18 @@ def kv_dtype_by_gpu(
 
 
 def kv_dropped(
-    profile: Profile, declaration: Declaration, model_config: ModelConfig
+    profile: Profile, declaration: Declaration, model_config: ModelConfig, gpu: int | None = None
 ) -> KvScalesDropped | None:
     """The profile's entry where the engine's loader maps this model's KV scales away from its
     attention layers, else None."""
     if declaration.kv is None:
         return None
     for dropped in profile.kv_scales_dropped:
-        if (declaration.method or "") in dropped.producer and dropped.holds_for(model_config):
+        if (
+            (declaration.method or "") in dropped.producer
+            and dropped.holds_for(model_config)
+            and (dropped.gpu_max is None or gpu is None or gpu <= dropped.gpu_max)
+        ):
             return dropped
     return None
 
