@@ -101,6 +101,9 @@ def test_sglang_multiplies_mla_logits_by_a_modelopt_k_scale_on_sm100(
         probe_scalars=True,
     )
     assert "kv-scale-on-logits" in codes(read)
+    # Kimi K2.5's text model is DeepseekV3ForCausalLM, loaded by the same loader
+    kimi = modelopt_deepseek(tmp_path / "k", kv_names=MODELOPT_NAMES, kimi=True)
+    assert codes(audit(str(kimi), engine=engine, gpu="sm100")) == ["kv-scale-on-logits-unread"]
     # a KV algorithm SGLang does not take keeps the cache bfloat16, where k_scale is not read
     int8 = modelopt_deepseek(tmp_path / "i", kv_names=MODELOPT_NAMES, kv_algo="INT8")
     assert "kv-scale-on-logits-unread" not in codes(audit(str(int8), engine=engine, gpu="sm100"))
