@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from qarm_audit import audit
-from test_kv_unbuilt import codes, modelopt_deepseek
+from test_kv_unbuilt import CORPUS, VLLM, codes, modelopt_deepseek
 
 SGLANG = ["sglang==0.5.22", "sglang==0.5.23"]
 MODELOPT_NAMES = ("k_proj.k_scale", "v_proj.v_scale")
@@ -107,3 +107,40 @@ def test_sglang_multiplies_mla_logits_by_a_modelopt_k_scale_on_sm100(
     # a KV algorithm SGLang does not take keeps the cache bfloat16, where k_scale is not read
     int8 = modelopt_deepseek(tmp_path / "i", kv_names=MODELOPT_NAMES, kv_algo="INT8")
     assert "kv-scale-on-logits-unread" not in codes(audit(str(int8), engine=engine, gpu="sm100"))
+
+
+# Real exports: ModelOpt 0.47 (FP8_DEFAULT_CFG + FP8_KV_CFG) of a tiny DeepSeek-V3 and GLM-5 from
+# transformers 5.17 writes the KV scales of MLA attention as self_attn.k_proj.k_scale, calibrated
+# (0.0016-0.0019 here), not 1.0.
+@pytest.mark.parametrize("engine", SGLANG)
+def test_real_modelopt_mla_exports_under_sglang(engine: str) -> None:
+    v3 = str(CORPUS / "modelopt-deepseek-v3-fp8kv")
+    assert codes(audit(v3, engine=engine, gpu="sm90")) == []
+    read = audit(v3, engine=engine, gpu="sm100", probe_scalars=True)
+    assert codes(read) == ["kv-scale-on-logits"]
+    assert "2 of them are not 1.0 (e.g. model.layers.0.self_attn.k_proj.k_scale = 0.00" in (
+        read.refusals[0].message
+    )
+    glm = str(CORPUS / "modelopt-glm-moe-dsa-fp8kv")
+    assert codes(audit(glm, engine=engine, gpu="sm90")) == ["kv-cache-ignored"]
+    assert codes(audit(glm, engine=engine, gpu="sm100", probe_scalars=True)) == [
+        "kv-scale-on-logits"
+    ]
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_real_modelopt_mla_exports_under_vllm(engine: str) -> None:
+    v3 = audit(str(CORPUS / "modelopt-deepseek-v3-fp8kv"), engine=engine, gpu="sm100")
+    assert codes(v3) == ["kv-scales-unloaded"]
+    assert "self_attn.mla_attn.mla_attn" in v3.warnings[0].message
+    glm = audit(str(CORPUS / "modelopt-glm-moe-dsa-fp8kv"), engine=engine, gpu="sm100")
+    assert "kv-scales-unloaded" in codes(glm)
+    assert "sparse multi-head latent attention" in glm.warnings[0].message
+    # the indexer's wk and weights_proj, which vLLM builds fused and without a quant config,
+    # ship FP8 operands
+    indexer = {f.module for f in glm.refusals if f.code == "unquantized-ships-quantized"}
+    assert indexer == {
+        f"model.layers.{n}.self_attn.indexer.{leaf}"
+        for n in (0, 1)
+        for leaf in ("wk", "weights_proj")
+    }
