@@ -209,6 +209,19 @@ def test_each_strategy_is_named_with_what_it_matched() -> None:
     assert outcomes(attempts)["quantized_layers: exact"] == "shadowed"
 
 
+def test_a_module_that_is_no_linear_is_said_so_by_its_kind() -> None:
+    from conftest import REPO
+    from qarm_audit.sources import open_source
+
+    checkpoint = open_source(str(REPO / "fixtures" / "producers" / "modelopt-deepseek-v3-fp8kv"))
+    declaration = read_declaration(checkpoint.documents)
+    modules = build_inventory(t for shard in checkpoint.shards for t in shard.tensors)
+    attempts, decided = trace(declaration, modules, "model.layers.0.self_attn.k_proj")
+    (linear,) = [a for a in attempts if a.step == "class: Linear"]
+    assert linear.detail == "a module of kind 'other' is no Linear"  # its k_scale alone
+    assert decided.bucket == "unlisted"
+
+
 def test_exclude_stages_and_a_split_fused_module() -> None:
     document, text, names = SCENARIOS["exclude-one-shard"]
     modules = build_inventory(entries(*names))

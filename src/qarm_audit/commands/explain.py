@@ -300,7 +300,7 @@ def _trace_modelopt(
                 f"quant_algo {rules.algo} applies to every Linear not excluded",
             )
         else:
-            log.miss("class: Linear", info.name, f"a {info.kind} module is not a Linear")
+            log.miss("class: Linear", info.name, f"a module of kind {info.kind!r} is no Linear")
         return
     layers = rules.layers
     resolver = _ModelOpt(rules, modules, split_star)
