@@ -486,6 +486,19 @@ def sglang(run: Any, root: Path, gpu: str, *extra: str) -> tuple[int, dict[str, 
     return result.exit_code, json.loads(result.stdout)
 
 
+# SGLang builds a MoE router without a quant method: DeepSeek's MoEGate is a bare weight
+# parameter (models/deepseek_v2.py@v0.5.23), so the official FP8 checkpoints' BF16 gate, which
+# their quantization_config does not list, is what SGLang loads.
+def test_sglang_takes_deepseek_v3_block_fp8_with_its_bf16_router(tmp_path: Path, run: Any) -> None:
+    root = write_checkpoint(
+        tmp_path / "v3", {"model.safetensors": deepseek_v3()}, {"config.json": deepseek_config()}
+    )
+    for gpu in ("sm90", "sm100"):
+        code, report = sglang(run, root, gpu)
+        assert code == 0, report["refusals"]
+        assert rows(report)["model.layers.1.mlp.gate"]["how"] == "no-quant-config"
+
+
 def test_sglang_runs_native_fp8_weight_only_below_sm89(tmp_path: Path, run: Any) -> None:
     root = write_checkpoint(
         tmp_path / "qwen",

@@ -158,7 +158,8 @@ class Profile(BaseModel):
     """``declared`` (the engine routes by the declaration) or ``probe`` (by tensor names)."""
     layers: str = ""
     """The layer-tree facts the engine builds (``vllm-0.33.0``: ``layers/facts/``); empty: the
-    generic rules (q/k/v and gate/up fused, every 2-D weight a Linear)."""
+    generic rules (q/k/v and gate/up fused, a MoE router without the quant config, every other
+    2-D weight a Linear)."""
     env: dict[str, EnvVar] = Field(default_factory=dict)
     rules: list[Rule]
     load_errors: list[LoadError] = Field(default_factory=list)

@@ -64,7 +64,8 @@ def build_tree(
             has_mapper=True,
             pattern_module=facts.pattern_module,
             note=f"{config.architecture} is not modelled for {facts.label}: generic layer rules "
-            "were used (q/k/v and gate/up fused, every 2-D weight a Linear with the quant config)"
+            "were used (q/k/v and gate/up fused, a MoE router without the quant config, every "
+            "other 2-D weight a Linear with it)"
             if config.architecture
             else "",
         )
@@ -89,7 +90,9 @@ def _generic(modules: Mapping[str, ModuleInfo]) -> None:
         elif info.fused_shards:
             info.layer_kind = "fused"
         elif info.name in routers:
-            info.layer_kind = "router"
+            # engines build a MoE router without a quant config (ReplicatedLinear(...,
+            # quant_config=None), or DeepSeek's MoEGate: a bare weight parameter)
+            info.layer_kind, info.quant_config = "router", False
         elif info.leaf == "lm_head":
             # both engines build it as ParallelLMHead, a vocabulary embedding, not a LinearBase
             info.layer_kind, info.layer_class = "lm_head", "ParallelLMHead"
