@@ -267,6 +267,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.WARNING,
         "fused partners (q/k/v, gate/up) ship different global or activation scales",
     ),
+    "dequantized-on-load": (
+        Severity.INFO,
+        "a layer the engine builds without a quant config ships an FP8 weight, which the "
+        "engine's loader dequantizes with its scale as it loads",
+    ),
     "scales-not-read": (
         Severity.INFO,
         "--probe-scalars was asked and the source holds no tensor bytes to read",

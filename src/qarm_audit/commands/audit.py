@@ -20,6 +20,7 @@ from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
 from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
+from ..engines.built_layers import dequantized_on_load, mark_unquantized_layers
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.kv_backend import kv_scale_on_logits
 from ..engines.kv_cache import kv_cache_ignored, kv_cache_refusals, kv_fate, kv_scales_unloaded
@@ -240,6 +241,7 @@ def _audit(
     model_config = read_model_config(checkpoint.documents)
     facts = layer_facts(profile)
     tree = build_tree(modules, model_config, facts)
+    mark_unquantized_layers(profile, modules, model_config)
     mark_transforms(modules, declaration.transform_leaves)
     findings.extend(transforms_unapplied(profile, declaration, modules))
     findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
@@ -265,6 +267,7 @@ def _audit(
         )
     alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
     spellings, refusals = check_all(declaration, modules, memberships, alike)
+    refusals = dequantized_on_load(profile, modules, model_config, refusals)
     findings.extend(refusals)
     findings.extend(uncontracted(declaration, alike))
     findings.extend(block_refusals(declaration, modules, memberships))

@@ -230,6 +230,36 @@ class KvScaleOnLogits(ForModels):
     source: Source = None
 
 
+class UnquantizedLayer(ForModels):
+    """A layer these models build without a quant config, which the generic layer rules (an
+    engine without layer facts) take for a Linear built with one: ``module`` below the decoder
+    layer, as the checkpoint names it."""
+
+    model_config = frozen_config(extra="forbid")
+
+    module: str
+    layer_class: str
+    note: str
+    """What the engine builds, in its own terms."""
+    source: Source = None
+
+
+class DequantizedOnLoad(ForModels):
+    """A layer these models build without a quant config whose weight the loader takes in
+    FP8 too, dequantizing it with its scale as it loads: ``module`` below the decoder layer
+    ships ``weight`` in ``weight_dtype`` beside operands named ``scale_operands`` only, each of
+    at least one dimension."""
+
+    model_config = frozen_config(extra="forbid")
+
+    module: str
+    weight_dtype: str
+    scale_operands: list[str]
+    note: str
+    """What the loader does, in its own terms."""
+    source: Source = None
+
+
 class LoaderDrop(BaseModel):
     """An operand the model class's weight loader renames, for these architectures, to a name
     the layer's quant method registers no parameter under: the loader skips it and the layer

@@ -22,6 +22,7 @@ from ..errors import ProfileError
 from ..frozen import frozen_config
 from .entries import (
     DeclarationError,
+    DequantizedOnLoad,
     GroupSkipped,
     KvDtypeFromGpu,
     KvError,
@@ -33,6 +34,7 @@ from .entries import (
     LoaderDrop,
     LoadError,
     Source,
+    UnquantizedLayer,
 )
 
 ROUTINGS = ("declared", "probe")
@@ -171,6 +173,8 @@ class Profile(BaseModel):
     kv_scales_dropped: list[KvScalesDropped] = Field(default_factory=list)
     kv_dtype_from_gpu: list[KvDtypeFromGpu] = Field(default_factory=list)
     kv_scale_on_logits: list[KvScaleOnLogits] = Field(default_factory=list)
+    unquantized_layers: list[UnquantizedLayer] = Field(default_factory=list)
+    dequantized_on_load: list[DequantizedOnLoad] = Field(default_factory=list)
     loader_drops: list[LoaderDrop] = Field(default_factory=list)
     groups_skipped: list[GroupSkipped] = Field(default_factory=list)
     reads_transform_config: bool = True
@@ -249,6 +253,8 @@ CITED_SECTIONS = (
     "kv_scales_dropped",
     "kv_dtype_from_gpu",
     "kv_scale_on_logits",
+    "unquantized_layers",
+    "dequantized_on_load",
     "loader_drops",
     "groups_skipped",
 )
