@@ -567,3 +567,85 @@ def test_vllm_mistral3_renames_block_scales_away(tmp_path: Path, run: Any, relea
     _, report = audit(run, root, f"--engine=vllm=={release}")
     unloaded = [r for r in report["refusals"] if r["code"] == "operand-unloaded"]
     assert unloaded and "AutoWeightsLoader raises as it loads" in unloaded[0]["message"]
+
+
+def qwen2_moe(gate_spell: Any) -> dict[str, Any]:
+    """A Qwen2-MoE-shaped tensor set in FP8 W8A8 (per tensor), no architecture modelled: two
+    layers of 2 routed experts, a shared expert and its gate, written by ``gate_spell``."""
+
+    def fp8(m: str, o: int, i: int) -> dict[str, Any]:
+        return {
+            f"{m}.weight": ("F8_E4M3", (o, i)),
+            f"{m}.weight_scale": ("F32", ()),
+            f"{m}.input_scale": ("F32", ()),
+        }
+
+    t: dict[str, Any] = {
+        "model.embed_tokens.weight": ("BF16", (256, 128)),
+        "model.norm.weight": ("BF16", (128,)),
+        "lm_head.weight": ("BF16", (256, 128)),
+    }
+    for n in (0, 1):
+        p = f"model.layers.{n}"
+        t[f"{p}.input_layernorm.weight"] = ("BF16", (128,))
+        t[f"{p}.post_attention_layernorm.weight"] = ("BF16", (128,))
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            t.update(fp8(f"{p}.self_attn.{proj}", 128, 128))
+        t[f"{p}.mlp.gate.weight"] = ("BF16", (2, 128))
+        for e in ("experts.0", "experts.1", "shared_expert"):
+            t.update(fp8(f"{p}.mlp.{e}.gate_proj", 64, 128))
+            t.update(fp8(f"{p}.mlp.{e}.up_proj", 64, 128))
+            t.update(fp8(f"{p}.mlp.{e}.down_proj", 128, 64))
+        t.update(gate_spell(f"{p}.mlp.shared_expert_gate"))
+    return t
+
+
+# vLLM and SGLang build a MoE's shared-expert gate without a quant config (a ReplicatedLinear
+# with quant_config=None, or SGLang's torch.nn.Linear): where no layer facts say so, the
+# generic tree does too.
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_shared_expert_gate_is_built_without_a_quant_config(
+    tmp_path: Path, run: Any, engine: str
+) -> None:
+    from conftest import CT_FP8
+
+    config = {
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "model_type": "qwen2_moe",
+        "num_hidden_layers": 2,
+        "num_experts": 2,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": CT_FP8,
+                    "input_activations": {**CT_FP8, "dynamic": False},
+                }
+            },
+            "ignore": ["lm_head", "re:.*mlp\\.gate$"],
+        },
+    }
+    quantized = qwen2_moe(
+        lambda m: {
+            f"{m}.weight": ("F8_E4M3", (1, 128)),
+            f"{m}.weight_scale": ("F32", ()),
+            f"{m}.input_scale": ("F32", ()),
+        }
+    )
+    root = write_checkpoint(
+        tmp_path / "q", {"model.safetensors": quantized}, {"config.json": config}
+    )
+    result = run("audit", root, "-f", "json", "--engine", engine, "--gpu", "sm90")
+    report = json.loads(result.stdout)
+    refused = {(f["code"], f["module"]) for f in report["refusals"]}
+    assert refused == {
+        ("unquantized-ships-quantized", f"model.layers.{n}.mlp.shared_expert_gate") for n in (0, 1)
+    }
+    plain_gate = qwen2_moe(lambda m: {f"{m}.weight": ("BF16", (1, 128))})
+    root = write_checkpoint(
+        tmp_path / "p", {"model.safetensors": plain_gate}, {"config.json": config}
+    )
+    result = run("audit", root, "-f", "json", "--engine", engine, "--gpu", "sm90")
+    assert json.loads(result.stdout)["refusals"] == []

@@ -64,8 +64,8 @@ def build_tree(
             has_mapper=True,
             pattern_module=facts.pattern_module,
             note=f"{config.architecture} is not modelled for {facts.label}: generic layer rules "
-            "were used (q/k/v and gate/up fused, a MoE router without the quant config, every "
-            "other 2-D weight a Linear with it)"
+            "were used (q/k/v and gate/up fused, a MoE router and a shared expert's gate without "
+            "the quant config, every other 2-D weight a Linear with it)"
             if config.architecture
             else "",
         )
@@ -93,6 +93,11 @@ def _generic(modules: Mapping[str, ModuleInfo]) -> None:
             # engines build a MoE router without a quant config (ReplicatedLinear(...,
             # quant_config=None), or DeepSeek's MoEGate: a bare weight parameter)
             info.layer_kind, info.quant_config = "router", False
+        elif info.leaf == "shared_expert_gate" and info.kind == "linear":
+            # the shared expert's gate too (Qwen2-MoE, Qwen3-Next, Qwen3.5): a ReplicatedLinear
+            # with quant_config=None in vLLM and SGLang, or a torch.nn.Linear in SGLang
+            info.layer_kind, info.quant_config = "linear", False
+            info.layer_class = "ReplicatedLinear"
         elif info.leaf == "lm_head":
             # both engines build it as ParallelLMHead, a vocabulary embedding, not a LinearBase
             info.layer_kind, info.layer_class = "lm_head", "ParallelLMHead"
