@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ..findings import Finding, finding
 from ..layers.model_config import ModelConfig
 from ..modules.inventory import ModuleInfo
-from .entries import DequantizedOnLoad
+from .entries import DequantizedOnLoad, cite
 from .profile import Profile
 
 
@@ -52,7 +52,7 @@ def dequantized_on_load(
             finding(
                 "dequantized-on-load",
                 f"{found.module} ships an {entry.weight_dtype} weight; {profile.label} "
-                f"{entry.note}{_cite(entry.source)}",
+                f"{entry.note}{cite(entry.source)}",
                 module=found.module,
             )
         )
@@ -74,7 +74,3 @@ def _taken(entry: DequantizedOnLoad, info: ModuleInfo) -> bool:
         and scales <= set(entry.scale_operands)
         and all(len(info.operands[scale].shape) >= 1 for scale in scales)
     )
-
-
-def _cite(source: str | None) -> str:
-    return f" ({source})" if source else ""

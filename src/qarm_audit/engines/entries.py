@@ -27,6 +27,11 @@ Source = Annotated[str | None, AfterValidator(_cited)]
 """Where a rule comes from in the engine's source: ``owner/repo path@commit``."""
 
 
+def cite(source: str | None) -> str:
+    """`` (<source>)`` for a message that ends with what the engine does; ``""`` for none."""
+    return f" ({source})" if source else ""
+
+
 class LoadError(BaseModel):
     """The engine's wording for a refusal qarm finds by itself (e.g. ``fused-shards-disagree``).
 

@@ -11,7 +11,7 @@ from ..findings import Finding, finding
 from ..layers.model_config import ModelConfig
 from ..modules.inventory import ModuleInfo
 from ..report.model import ProbeInfo
-from .entries import KvScaleOnLogits
+from .entries import KvScaleOnLogits, cite
 from .profile import Profile
 
 
@@ -43,7 +43,7 @@ def kv_scale_on_logits(
     said = (
         f"{kv.where} declares a KV cache of {kv.algo} and {len(shipped)} k_scale tensors are "
         f"shipped as <layer>.{entry.module}.k_scale; {profile.label} on sm{gpu} {entry.note}"
-        f"{_cite(entry.source)}"
+        f"{cite(entry.source)}"
     )
     if values is None:
         return [
@@ -97,7 +97,3 @@ def _probed(probe: ProbeInfo | None, names: list[str]) -> dict[str, float] | Non
             return None
         values[name] = float(row.values[0])
     return values
-
-
-def _cite(source: str | None) -> str:
-    return f" ({source})" if source else ""

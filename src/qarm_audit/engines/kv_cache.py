@@ -19,6 +19,7 @@ from .entries import (
     KvScalesDropped,
     KvTaken,
     KvUnbuilt,
+    cite,
 )
 from .profile import Profile
 
@@ -166,28 +167,28 @@ def kv_cache_ignored(profile: Profile, declaration: Declaration, fate: KvFate) -
     said = f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; {profile.label} "
     unbuilt, dropped, taken = fate.unbuilt, fate.dropped, fate.not_taken
     cause = unbuilt or dropped
-    built = f"; it {cause.note}{_cite(cause.source)}" if cause is not None else ""
+    built = f"; it {cause.note}{cite(cause.source)}" if cause is not None else ""
     by_gpu = fate.by_gpu
     ignores = any(c is not None and not c.dtype_from_declaration for c in (unbuilt, dropped))
     if taken is None and not ignores and by_gpu is not None:
         text = (
             f"{by_gpu.note}: on sm{fate.gpu} with --kv-cache-dtype auto the KV cache is "
-            f"bfloat16{_cite(by_gpu.source)}{built}"
+            f"bfloat16{cite(by_gpu.source)}{built}"
         )
     elif taken is None and unbuilt is not None:
         text = (
             f"{unbuilt.note}, and takes its KV-cache dtype from that same reading: with "
-            f"--kv-cache-dtype auto the KV cache is the model's dtype{_cite(unbuilt.source)}"
+            f"--kv-cache-dtype auto the KV cache is the model's dtype{cite(unbuilt.source)}"
         )
     elif taken is None:
         assert dropped is not None
         text = (
             f"{dropped.note}: with --kv-cache-dtype auto the KV cache is the model's dtype"
-            f"{_cite(dropped.source)}"
+            f"{cite(dropped.source)}"
         )
     else:
         scales = f"; {taken.scales_note}" if taken.scales_loaded and taken.scales_note else ""
-        text = f"{taken.note.replace('{algo}', kv.algo)}{_cite(taken.source)}{built or scales}"
+        text = f"{taken.note.replace('{algo}', kv.algo)}{cite(taken.source)}{built or scales}"
     return [finding("kv-cache-ignored", said + text)]
 
 
@@ -208,7 +209,7 @@ def kv_scales_unloaded(
             f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)} for "
             f"{declaration.algo} and {shipped} k/v scales are shipped; {profile.label} "
             f"{cause.note}, while it still sets its KV-cache dtype from the declaration: "
-            f"{effect}{_cite(cause.source)}",
+            f"{effect}{cite(cause.source)}",
         )
     ]
 
@@ -241,7 +242,7 @@ def kv_cache_refusals(
             finding(
                 "engine-refuses-declaration",
                 f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; "
-                f'{profile.label} refuses it {error.stage}: "{text}"{_cite(error.source)}',
+                f'{profile.label} refuses it {error.stage}: "{text}"{cite(error.source)}',
             )
         ]
     return []
@@ -272,7 +273,3 @@ def _kv_said(kv: KvDeclaration, declaration: Declaration) -> str:
     said = f"{kv.algo}, strategy {kv.strategy or 'unstated'}"
     said += ", symmetric" if kv.symmetric else ", asymmetric"
     return said + (", dynamic" if kv.dynamic else ", static")
-
-
-def _cite(source: str | None) -> str:
-    return f" ({source})" if source else ""

@@ -13,7 +13,7 @@ from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
 from ..resolve.producer import producer_matches
 from ..resolve.resolver import Membership, declared_scheme
-from .entries import DeclarationError, GroupSkipped, LayerError, LoaderDrop
+from .entries import DeclarationError, GroupSkipped, LayerError, LoaderDrop, cite
 from .profile import Profile
 
 
@@ -85,12 +85,12 @@ def declaration_refusals(profile: Profile, declaration: Declaration) -> list[Fin
             what = f"config group {scheme.name!r} with no weights"
         elif scheme is not None and "{" in error.text:
             what = scheme.name
-        cite = f" ({error.source})" if error.source else ""
+        cited = cite(error.source)
         out.append(
             finding(
                 "engine-refuses-declaration",
                 f"{declaration.source} declares {what}; {profile.label} refuses it "
-                f'{error.stage}: "{_text(error, scheme)}"{cite}',
+                f'{error.stage}: "{_text(error, scheme)}"{cited}',
             )
         )
     return out
@@ -124,7 +124,7 @@ def layer_refusals(
                 continue
             if _loads(error, scheme):
                 continue
-            cite = f" ({error.source})" if error.source else ""
+            cited = cite(error.source)
             text = error.error.replace("{scheme}", scheme.describe())
             layer = info.layer_class or info.layer_kind
             out.append(
@@ -132,7 +132,7 @@ def layer_refusals(
                     "no-arm",
                     f"{info.name} is declared {membership.bucket} ({scheme.declared_arm}); engine "
                     f"profile {profile.label} has no arm for its {layer}"
-                    f': {error.reason}; it raises at load: "{text}"{cite}',
+                    f': {error.reason}; it raises at load: "{text}"{cited}',
                     module=info.name,
                     tensor=info.weight.name if info.weight else "",
                 )
@@ -165,13 +165,13 @@ def loader_drops(
             shipping.setdefault(membership.bucket, []).append(info)
         for bucket, infos in sorted(shipping.items()):
             first = infos[0]
-            cite = f" ({drop.source})" if drop.source else ""
+            cited = cite(drop.source)
             out.append(
                 finding(
                     "operand-unloaded",
                     f"{bucket}: {len(infos)} modules ship {drop.operand}, and {profile.label}'s "
                     f"{architecture} weight loader renames it to {drop.renamed_to}: "
-                    f"{drop.reason}{cite}",
+                    f"{drop.reason}{cited}",
                     module=first.name,
                     tensor=first.operands[drop.operand].name,
                 )
@@ -211,12 +211,12 @@ def group_skipped_warnings(
     """``config-group-skipped`` for each group of :func:`skipped_groups`."""
     out = []
     for name, (target, entry) in skipped.items():
-        cite = f" ({entry.source})" if entry.source else ""
+        cited = cite(entry.source)
         out.append(
             finding(
                 "config-group-skipped",
                 f"{declaration.source}: config group {name!r} targets only {target!r}; "
-                f"{profile.label} {entry.note.replace('{target}', target)}{cite}",
+                f"{profile.label} {entry.note.replace('{target}', target)}{cited}",
             )
         )
     return out
