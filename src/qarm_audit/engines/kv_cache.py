@@ -44,13 +44,15 @@ class KvFate:
     @property
     def ignored(self) -> bool:
         """The KV cache is the model's dtype (with ``--kv-cache-dtype auto``)."""
-        return (
-            self.not_taken is not None
-            or self.by_gpu is not None
-            or any(
-                cause is not None and not cause.dtype_from_declaration
-                for cause in (self.unbuilt, self.dropped)
-            )
+        return self.not_taken is not None or self.by_gpu is not None or self.methodless
+
+    @property
+    def methodless(self) -> bool:
+        """An unbuilt or dropped entry leaves the KV cache in the model's dtype by itself: the
+        engine takes its KV-cache dtype from the reading that builds no method."""
+        return any(
+            cause is not None and not cause.dtype_from_declaration
+            for cause in (self.unbuilt, self.dropped)
         )
 
     @property
@@ -169,8 +171,7 @@ def kv_cache_ignored(profile: Profile, declaration: Declaration, fate: KvFate) -
     cause = unbuilt or dropped
     built = f"; it {cause.note}{cite(cause.source)}" if cause is not None else ""
     by_gpu = fate.by_gpu
-    ignores = any(c is not None and not c.dtype_from_declaration for c in (unbuilt, dropped))
-    if taken is None and not ignores and by_gpu is not None:
+    if taken is None and not fate.methodless and by_gpu is not None:
         text = (
             f"{by_gpu.note}: on sm{fate.gpu} with --kv-cache-dtype auto the KV cache is "
             f"bfloat16{cite(by_gpu.source)}{built}"
