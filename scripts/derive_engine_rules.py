@@ -21,7 +21,8 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     (``humming-kernels``, ``flashinfer-python``), as the release pins them.
 ``facts``
     Booleans and lists the profile's rules are gated on (a rule's ``facts`` table):
-    vLLM ``humming_preferred`` (``_HUMMING_PREFERRED_CAPABILITIES`` of
+    vLLM ``mla_model_types`` (the text model types ``is_deepseek_mla`` names, sorted),
+    ``humming_preferred`` (``_HUMMING_PREFERRED_CAPABILITIES`` of
     ``quantization/utils/humming/priority.py``; empty where the file is absent),
     ``humming_priority`` (that list is not empty and ``kernels/linear`` calls
     ``prioritize_humming``), ``humming_nvfp4_input_schema`` (``HummingNvFp4LinearKernel``
@@ -257,6 +258,7 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
     backends = _literal(kernel_config, "LinearBackend")
     moe = _literal(kernel_config, "MoEBackend")
     return {
+        "mla_model_types": _mla_model_types(wheel),
         "humming_preferred": preferred,
         "humming_priority": bool(preferred) and "prioritize_humming(" in linear,
         "humming_nvfp4_input_schema": schema_passed("nvfp4/humming.py"),
@@ -265,6 +267,21 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
         "moe_backends": list(moe) if isinstance(moe, tuple) else [],
     }
+
+
+def _mla_model_types(wheel: Wheel) -> list[str]:
+    """The text model types ``is_deepseek_mla`` names first (``model_type in (...)``): the
+    models vLLM builds multi-head latent attention for, given their config's key."""
+    text = wheel.read("vllm/transformers_utils/model_arch_config_convertor.py") or ""
+    function = next((n for n in ast.walk(ast.parse(text)) if _named(n, "is_deepseek_mla")), None)
+    for node in ast.walk(function) if function is not None else ():
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.In)
+            and isinstance(node.comparators[0], ast.Tuple)
+        ):
+            return sorted(ast.literal_eval(node.comparators[0]))
+    return []
 
 
 def _enum_values(text: str, name: str) -> list[str]:

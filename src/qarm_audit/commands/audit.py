@@ -23,7 +23,13 @@ from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
 from ..engines.built_layers import dequantized_on_load, mark_unquantized_layers
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.kv_backend import kv_scale_on_logits
-from ..engines.kv_cache import kv_cache_ignored, kv_cache_refusals, kv_fate, kv_scales_unloaded
+from ..engines.kv_cache import (
+    kv_cache_ignored,
+    kv_cache_refusals,
+    kv_dtype_refusals,
+    kv_fate,
+    kv_scales_unloaded,
+)
 from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..engines.refusals import (
     declaration_refusals,
@@ -306,8 +312,9 @@ def _audit(
     )
     kv_shipped = sum(_operand_split(g.example)[0] * len(g.members) for g in alike)
     fate = kv_fate(profile, declaration, model_config, gpu)
+    findings.extend(kv_dtype_refusals(profile, declaration, fate))
     findings.extend(kv_cache_ignored(profile, declaration, fate))
-    if not fate.ignored:
+    if not fate.ignored and fate.refused is None:
         findings.extend(_kv_findings(declaration, kv_shipped, checkpoint.has_weights))
     # a KV cache quantized without a KV-cache method: the shipped scales are never loaded
     findings.extend(kv_scales_unloaded(profile, declaration, fate, kv_shipped))

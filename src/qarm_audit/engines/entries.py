@@ -325,6 +325,46 @@ class KvError(BaseModel):
     source: Source = None
 
 
+class KvDtypeError(BaseModel):
+    """The engine refuses, as it validates its configuration, the KV-cache dtype it takes from
+    a producer's declaration for a model of this kind: ``engine-refuses-declaration``. Holds
+    where the declared KV algorithm is in ``kv_algo`` and the text model's config is the kind:
+    its ``model_type`` is in ``model_type``, no key of ``unless_falsy`` is stated null or
+    falsy, and ``config_key`` is stated other than null; except where it states a key of
+    ``instead`` truthy, which then asks for ``instead[key]`` in place of ``config_key``. A key
+    of ``instead`` stated null or falsy leaves the kind undecided (the releases test it
+    differently), and the entry then does not hold."""
+
+    model_config = frozen_config(extra="forbid")
+
+    producer: list[str]
+    kv_algo: list[str]
+    """Declared KV algorithms (upper case) the engine makes this KV-cache dtype of."""
+    model_type: list[str]
+    config_key: str
+    instead: dict[str, str] = {}
+    unless_falsy: list[str] = []
+    text: str
+    """The engine's error text."""
+    stage: str
+    """When the engine raises it."""
+    source: Source = None
+
+    def holds_for(self, model: ModelConfig) -> bool:
+        if model.text_model_type not in self.model_type:
+            return False
+        if any(model.text_state(key) in ("null", "falsy") for key in self.unless_falsy):
+            return False
+        needed = self.config_key
+        for switch, key in self.instead.items():
+            state = model.text_state(switch)
+            if state in ("null", "falsy"):
+                return False
+            if state == "truthy":
+                needed = key
+        return model.text_state(needed) in ("falsy", "truthy")
+
+
 class LayerError(BaseModel):
     """The engine refuses at load a layer of this kind declared with a scheme it does not
     take there (vLLM: a compressed-tensors embedding that is not weight-only INT): ``no-arm``

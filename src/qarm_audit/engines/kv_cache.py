@@ -14,6 +14,7 @@ from ..layers.facts import ArchitectureFacts, EngineFacts
 from ..layers.model_config import ModelConfig
 from .entries import (
     SCALES_OF_ONE,
+    KvDtypeError,
     KvDtypeFromGpu,
     KvError,
     KvScalesDropped,
@@ -40,6 +41,9 @@ class KvFate:
     """The profile's entry where the engine sets this model's KV-cache dtype from the GPU,
     and this GPU takes an unquantized one."""
     gpu: int | None = None
+    refused: KvDtypeError | None = None
+    """The profile's entry where the engine refuses, at start, the KV-cache dtype it takes from
+    the declaration for this model: nothing is loaded, and no other KV finding applies."""
 
     @property
     def ignored(self) -> bool:
@@ -59,7 +63,8 @@ class KvFate:
     def scales_loaded(self) -> bool:
         """The shipped k/v scales are loaded (so one that cannot be fails the load)."""
         return (
-            self.unbuilt is None
+            self.refused is None
+            and self.unbuilt is None
             and self.dropped is None
             and (self.not_taken is None or self.not_taken.scales_loaded)
         )
@@ -78,7 +83,26 @@ def kv_fate(
         kv_dropped(profile, declaration, config, gpu),
         kv_dtype_by_gpu(profile, declaration, config, gpu),
         gpu,
+        kv_dtype_refused(profile, declaration, config),
     )
+
+
+def kv_dtype_refused(
+    profile: Profile, declaration: Declaration, model_config: ModelConfig
+) -> KvDtypeError | None:
+    """The profile's entry where the engine refuses, for this model, the KV-cache dtype it
+    takes from the declaration, else None."""
+    kv = declaration.kv
+    if kv is None:
+        return None
+    for error in profile.kv_dtype_errors:
+        if (
+            (declaration.method or "") in error.producer
+            and kv.algo.upper() in error.kv_algo
+            and error.holds_for(model_config)
+        ):
+            return error
+    return None
 
 
 def kv_dtype_by_gpu(
@@ -164,7 +188,7 @@ def kv_cache_ignored(profile: Profile, declaration: Declaration, fate: KvFate) -
     declaration says: its dtype mapping does not take the declared form, or its quant config
     reads no KV algorithm from it (where the dtype comes from that same reading)."""
     kv = declaration.kv
-    if kv is None or not fate.ignored:
+    if kv is None or not fate.ignored or fate.refused is not None:
         return []
     said = f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; {profile.label} "
     unbuilt, dropped, taken = fate.unbuilt, fate.dropped, fate.not_taken
@@ -201,7 +225,7 @@ def kv_scales_unloaded(
     loader maps them away), and some are shipped."""
     kv = declaration.kv
     cause = fate.unbuilt or fate.dropped
-    if kv is None or cause is None or fate.ignored or not shipped:
+    if kv is None or cause is None or fate.ignored or fate.refused is not None or not shipped:
         return []
     effect = cause.effect if isinstance(cause, KvScalesDropped) else SCALES_OF_ONE
     return [
@@ -247,6 +271,21 @@ def kv_cache_refusals(
             )
         ]
     return []
+
+
+def kv_dtype_refusals(profile: Profile, declaration: Declaration, fate: KvFate) -> list[Finding]:
+    """``engine-refuses-declaration`` where the engine refuses, for this model, the KV-cache
+    dtype it takes from the declaration."""
+    kv, error = declaration.kv, fate.refused
+    if kv is None or error is None:
+        return []
+    return [
+        finding(
+            "engine-refuses-declaration",
+            f"{kv.where} declares a KV cache of {_kv_said(kv, declaration)}; {profile.label} "
+            f'refuses it {error.stage}: "{error.text}"{cite(error.source)}',
+        )
+    ]
 
 
 def _read(error: KvError, written: Mapping[str, Any]) -> Any:

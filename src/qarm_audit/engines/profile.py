@@ -24,6 +24,7 @@ from .entries import (
     DeclarationError,
     DequantizedOnLoad,
     GroupSkipped,
+    KvDtypeError,
     KvDtypeFromGpu,
     KvError,
     KvScaleOnLogits,
@@ -169,6 +170,7 @@ class Profile(BaseModel):
     layer_errors: list[LayerError] = Field(default_factory=list)
     kv_taken: list[KvTaken] = Field(default_factory=list)
     kv_errors: list[KvError] = Field(default_factory=list)
+    kv_dtype_errors: list[KvDtypeError] = Field(default_factory=list)
     kv_unbuilt: list[KvUnbuilt] = Field(default_factory=list)
     kv_scales_dropped: list[KvScalesDropped] = Field(default_factory=list)
     kv_dtype_from_gpu: list[KvDtypeFromGpu] = Field(default_factory=list)
@@ -249,6 +251,7 @@ CITED_SECTIONS = (
     "layer_errors",
     "kv_taken",
     "kv_errors",
+    "kv_dtype_errors",
     "kv_unbuilt",
     "kv_scales_dropped",
     "kv_dtype_from_gpu",
@@ -276,6 +279,12 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         wanted = entry.pop("anchor", [])
         if any(known.get(key) != value for key, value in gate.items()):
             return None
+        # a list that differs per release (``model_type_fact``) is the release's fact
+        for key in [k for k in entry if k.endswith("_fact")]:
+            fact = entry.pop(key)
+            if not isinstance(known.get(fact), list):
+                raise ProfileError(where, f"the release facts have no list {fact!r}")
+            entry[key.removesuffix("_fact")] = known[fact]
         for key in ("reason", "note", "log", "error", "text"):
             if isinstance(entry.get(key), str):
                 entry[key] = _fill(entry[key], release, commit)

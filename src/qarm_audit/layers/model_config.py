@@ -4,10 +4,12 @@ change which layers an engine builds (``q_lora_rank``, ``tie_word_embeddings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import HeaderError
 from ..sources.header import loads_strict
+
+TextState = Literal["null", "falsy", "truthy"]
 
 
 @dataclass(frozen=True)
@@ -16,9 +18,19 @@ class ModelConfig:
     model_type: str = ""
     values: tuple[tuple[str, Any], ...] = ()
     """Top-level scalars, with ``text_config``'s filling what the top level lacks."""
+    text_model_type: str = ""
+    """The text model's ``model_type``: ``text_config``'s where there is one (a multimodal
+    model's), else the top level's; what vLLM's ``hf_text_config`` reads."""
+    text_states: tuple[tuple[str, TextState], ...] = ()
+    """Every key of the text model's config (``text_config``, else the top level), as Python
+    tests its value: ``null``, ``falsy`` (false, 0, "", [] ...) or ``truthy``."""
 
     def get(self, key: str) -> Any:
         return dict(self.values).get(key)
+
+    def text_state(self, key: str) -> TextState | Literal["absent"]:
+        """How the text model's config states ``key``: as :attr:`text_states`, or ``absent``."""
+        return dict(self.text_states).get(key, "absent")
 
     @property
     def architecture(self) -> str:
@@ -48,8 +60,16 @@ def read_model_config(documents: dict[str, str]) -> ModelConfig:
         else ()
     )
     model_type = data.get("model_type")
+    text_model = text_config if isinstance(text_config, dict) else data
+    text_model_type = text_model.get("model_type")
     return ModelConfig(
         architectures=names,
         model_type=model_type if isinstance(model_type, str) else "",
         values=tuple(sorted(merged.items())),
+        text_model_type=text_model_type if isinstance(text_model_type, str) else "",
+        text_states=tuple(sorted((key, _state(value)) for key, value in text_model.items())),
     )
+
+
+def _state(value: Any) -> TextState:
+    return "null" if value is None else "truthy" if value else "falsy"
