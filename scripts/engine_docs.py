@@ -59,6 +59,14 @@ def when(rule: Rule) -> str:
         parts.append(f"declared_strategy {_list(rule.declared_strategy)}")
     if rule.declared_format:
         parts.append(f"format {_list(rule.declared_format)}")
+    if rule.config_format:
+        parts.append(f"config format {_list(rule.config_format)}")
+    if rule.declared_group_size:
+        parts.append(f"group size {_list([str(g) for g in rule.declared_group_size])}")
+    if rule.declared_symmetric is not None:
+        parts.append("symmetric" if rule.declared_symmetric else "asymmetric")
+    if rule.declared_actorder is not None:
+        parts.append("actorder" if rule.declared_actorder else "no actorder")
     if rule.declared_activation:
         parts.append(f"activations {_list(rule.declared_activation)}")
     if rule.mixed is not None:

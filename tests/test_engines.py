@@ -367,9 +367,11 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
     if not (rule.declared_family or rule.declared_arm or rule.declared_algo):
         kinds = [("nvfp4", "W4A4-NVFP4", "NVFP4"), (family, arm, algo)]
     files = rule.declaration_file or ["hf_quant_config.json", "config.json"]
+    # weight-only first; activations of each type where the rule names none
+    activations = rule.declared_activation or ["none", "int static tensor", "float dynamic token"]
     views = []
-    for (family, arm, algo), producer, mixed_, file in itertools.product(
-        kinds, producers, mixes, files
+    for (family, arm, algo), producer, mixed_, file, activation in itertools.product(
+        kinds, producers, mixes, files, activations[:3]
     ):
         if rule.declared_algo_not and algo in rule.declared_algo_not:
             algo = "OTHER_ALGO"
@@ -383,10 +385,12 @@ def candidates(profile: Profile, rule: Rule) -> list[tuple[View, dict[str, str],
             declared_algo=algo,
             declared_arm=arm,
             declared_strategy=rule.declared_strategy[0] if rule.declared_strategy else "tensor",
-            declared_activation=(
-                rule.declared_activation[0] if rule.declared_activation else "none"
-            ),
+            declared_activation=activation,
             declared_format=rule.declared_format[0] if rule.declared_format else "",
+            config_format=rule.config_format[0] if rule.config_format else "",
+            declared_group_size=rule.declared_group_size[0] if rule.declared_group_size else 0,
+            declared_symmetric=rule.declared_symmetric is not False,
+            declared_actorder=bool(rule.declared_actorder),
             producer=producer,
             mixed=bool(mixed_),
             mixed_nvfp4=rule.mixed_nvfp4 if rule.mixed_nvfp4 is not None else True,
@@ -437,6 +441,16 @@ def flips(
         out.append(("declared_strategy", with_(declared_strategy="zzz"), env, gpu))
     if rule.declared_format is not None:
         out.append(("declared_format", with_(declared_format="zzz"), env, gpu))
+    if rule.config_format is not None:
+        out.append(("config_format", with_(config_format="zzz"), env, gpu))
+    if rule.declared_group_size is not None:
+        out.append(("declared_group_size", with_(declared_group_size=-1), env, gpu))
+    if rule.declared_symmetric is not None:
+        symmetric = not rule.declared_symmetric
+        out.append(("declared_symmetric", with_(declared_symmetric=symmetric), env, gpu))
+    if rule.declared_actorder is not None:
+        actorder = not rule.declared_actorder
+        out.append(("declared_actorder", with_(declared_actorder=actorder), env, gpu))
     if rule.declared_activation is not None:
         out.append(("declared_activation", with_(declared_activation="zzz"), env, gpu))
     if rule.producer is not None:

@@ -118,6 +118,12 @@ class Declaration:
     declaration order."""
 
     @property
+    def config_format(self) -> str:
+        """A compressed-tensors declaration's top-level ``format`` (its algo), ``""`` for none
+        or another family."""
+        return (self.algo or "") if self.family == "compressed-tensors" else ""
+
+    @property
     def rules(self) -> FormatRules | None:
         """The format's rules that were read, whichever format declared them."""
         for rules in (

@@ -89,6 +89,17 @@ class Rule(BaseModel):
     declared_format: list[str] | None = None
     """The compressed-tensors ``format`` of the module's group (or the whole config):
     ``pack-quantized``, ``int-quantized``, ``float-quantized``, ...; ``""`` where none."""
+    config_format: list[str] | None = None
+    """The compressed-tensors ``format`` of the whole config, whatever the module's group
+    says (``mixed-precision`` for groups of several formats; ``""`` where none): what
+    SGLang's MoE schemes read."""
+    declared_group_size: list[int] | None = None
+    """Declared weight group sizes (0 where none is declared)."""
+    declared_symmetric: bool | None = None
+    """Holds when the declared weights are symmetric (True) or not (False)."""
+    declared_actorder: bool | None = None
+    """Holds when the declared weights have an ``actorder`` (any value) (True) or none
+    (False)."""
     producer: list[str] | None = None
     """Who wrote the declaration: ``modelopt``, ``compressed-tensors`` or ``fp8`` (a native
     ``quant_method: fp8``)."""
@@ -433,6 +444,10 @@ class View(BaseModel):
     declared_strategy: str = ""
     declared_activation: str = "none"
     declared_format: str = ""
+    config_format: str = ""
+    declared_group_size: int = 0
+    declared_symmetric: bool = True
+    declared_actorder: bool = False
     producer: str = ""
     mixed: bool = False
     mixed_nvfp4: bool = False
@@ -471,6 +486,12 @@ def holds(rule: Rule, view: View, env: dict[str, str], gpu: int | None) -> bool:
             )
         )
         and (rule.declared_format is None or view.declared_format in rule.declared_format)
+        and (rule.config_format is None or view.config_format in rule.config_format)
+        and (
+            rule.declared_group_size is None or view.declared_group_size in rule.declared_group_size
+        )
+        and (rule.declared_symmetric is None or view.declared_symmetric == rule.declared_symmetric)
+        and (rule.declared_actorder is None or view.declared_actorder == rule.declared_actorder)
         and (rule.producer is None or view.producer in rule.producer)
         and (rule.mixed is None or view.mixed == rule.mixed)
         and (rule.mixed_nvfp4 is None or view.mixed_nvfp4 == rule.mixed_nvfp4)

@@ -1,0 +1,144 @@
+"""What SGLang 0.5.22-0.5.23 builds for compressed-tensors integer routed experts, on
+llm-compressor 0.14's own Qwen3-MoE checkpoints.
+
+sgl-project/sglang python/sglang/srt/layers/quantization/compressed_tensors/
+compressed_tensors.py@v0.5.23 ``get_moe_scheme`` (expert 0's scheme decides the layer):
+weight-only channel or group integers take, under ``--moe-runner-backend auto``,
+CompressedTensorsWNA16TritonMoE on sm100-sm109 for symmetric INT4 groups of 32 or 128 without
+actorder, else CompressedTensorsWNA16MoE (Marlin MoE); both raise unless the config's top-level
+``format`` is ``pack-quantized`` (schemes/compressed_tensors_wNa16_moe.py), so FP8 attention
+beside W4A16 experts (``mixed-precision``) fails the load. INT8 W8A8 has an NPU scheme only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from qarm_audit import audit
+from qarm_audit.report.model import ArmRow, Report
+
+CORPUS = REPO / "fixtures" / "producers"
+RELEASES = ["sglang==0.5.22", "sglang==0.5.23"]
+EXPERTS = 24  # 2 layers x 4 experts x gate/up/down
+
+
+def experts_row(report: Report) -> ArmRow:
+    [row] = [a for a in report.arms if a.modules == EXPERTS]
+    return row
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_int4_experts_run_marlin_moe_or_triton_on_sm100(engine: str) -> None:
+    for gpu in ("sm80", "sm90", "sm120"):
+        report = audit(str(CORPUS / "llmcompressor-moe-w4a16"), engine=engine, gpu=gpu)
+        assert report.verdict == "clean", gpu
+        row = experts_row(report)
+        assert (row.executed, row.kernel) == ("W4A16-INT", "Marlin MoE"), gpu
+        assert row.log == "Using CompressedTensorsWNA16MarlinMoEMethod"
+    sm100 = experts_row(audit(str(CORPUS / "llmcompressor-moe-w4a16"), engine=engine, gpu="sm100"))
+    assert (sm100.executed, sm100.kernel) == ("W4A16-INT", "Triton WNA16 MoE")
+    assert sm100.log == "Using CompressedTensorsWNA16TritonMoE (SM100/SM103 auto default)"
+
+
+def edited(tmp_path: Path, name: str, **weights: object) -> Path:
+    """The corpus checkpoint ``name`` with its first group's weights changed."""
+    root = tmp_path / name
+    shutil.copytree(CORPUS / name, root)
+    config = json.loads((root / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"].update(weights)
+    (root / "config.json").write_text(json.dumps(config))
+    return root
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [{"group_size": 64}, {"actorder": "group"}, {"symmetric": False}],
+)
+def test_triton_takes_only_symmetric_groups_of_32_or_128_without_actorder(
+    tmp_path: Path, weights: dict[str, object]
+) -> None:
+    root = edited(tmp_path, "llmcompressor-moe-w4a16", **weights)
+    row = experts_row(audit(str(root), engine="sglang", gpu="sm100"))
+    assert (row.executed, row.kernel) == ("W4A16-INT", "Marlin MoE")
+
+
+def test_mixed_precision_config_fails_the_experts(tmp_path: Path) -> None:
+    name = "llmcompressor-moe-fp8attn-w4a16experts"
+    report = audit(str(CORPUS / name), engine="sglang", gpu="sm90")
+    assert report.verdict == "refused"
+    assert experts_row(report).executed == "none"
+    refusal = next(r for r in report.refusals if r.code == "no-arm")
+    assert "('For Fused MoE layers, only ', 'pack-quantized ', " in refusal.message
+    # the attention group is FP8 and runs; vLLM reads each group's own format
+    assert {a.executed for a in report.arms if a.modules != EXPERTS} == {"W8A8-FP8"}
+    assert audit(str(CORPUS / name), engine="vllm", gpu="sm90").verdict == "clean"
+    # the same experts in a config whose format is pack-quantized: Marlin MoE
+    root = tmp_path / "packed"
+    shutil.copytree(CORPUS / name, root)
+    config = json.loads((root / "config.json").read_text())
+    config["quantization_config"]["format"] = "pack-quantized"
+    (root / "config.json").write_text(json.dumps(config))
+    assert experts_row(audit(str(root), engine="sglang", gpu="sm90")).executed == "W4A16-INT"
+
+
+def test_int8_and_other_widths_of_weight_only_experts(tmp_path: Path) -> None:
+    symmetric = edited(tmp_path, "llmcompressor-moe-w4a16", num_bits=8)
+    row = experts_row(audit(str(symmetric), engine="sglang", gpu="sm90"))
+    assert (row.executed, row.kernel) == ("W8A16-INT", "Marlin MoE")
+    asymmetric = edited(tmp_path / "a", "llmcompressor-moe-w4a16", num_bits=8, symmetric=False)
+    row = experts_row(audit(str(asymmetric), engine="sglang", gpu="sm90"))
+    assert row.executed == "none"
+    assert "get_scalar_type asserts" in row.reason
+    # a 4-bit asymmetric group still runs Marlin MoE, with zero points
+    zero_points = edited(tmp_path / "z", "llmcompressor-moe-w4a16", symmetric=False)
+    assert experts_row(audit(str(zero_points), engine="sglang", gpu="sm90")).executed == (
+        "W4A16-INT"
+    )
+    # neither 4 nor 8 bits: the scheme raises as it is built
+    two = edited(tmp_path / "2", "llmcompressor-moe-w4a16", num_bits=2)
+    report = audit(str(two), engine="sglang", gpu="sm90")
+    assert experts_row(report).executed == "none"
+    # a per-tensor integer reaches the w4a8 test, which reads the activations it has not
+    tensor = edited(tmp_path / "t", "llmcompressor-moe-w4a16", strategy="tensor", group_size=None)
+    row = experts_row(audit(str(tensor), engine="sglang", gpu="sm90"))
+    assert row.executed == "none"
+    assert "no attribute 'num_bits'" in next(
+        r.message for r in audit(str(tensor), engine="sglang", gpu="sm90").refusals
+    )
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_int8_w8a8_experts_have_an_npu_scheme_only(tmp_path: Path, engine: str) -> None:
+    report = audit(str(CORPUS / "llmcompressor-moe-w8a8-int8"), engine=engine, gpu="sm90")
+    assert report.verdict == "refused"
+    assert experts_row(report).executed == "none"
+    assert any(
+        "The W8A8Int8 Fused MoE scheme is implemented only for NPU for now." in r.message
+        for r in report.refusals
+    )
+    # static per-tensor activations reach the final RuntimeError instead
+    root = tmp_path / "static"
+    shutil.copytree(CORPUS / "llmcompressor-moe-w8a8-int8", root)
+    config = json.loads((root / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"].update(
+        dynamic=False, strategy="tensor"
+    )
+    (root / "config.json").write_text(json.dumps(config))
+    row = experts_row(audit(str(root), engine=engine, gpu="sm90"))
+    assert row.executed == "none"
+    assert "ends in a RuntimeError" in row.reason
+
+
+def test_another_moe_runner_backend_is_not_modelled() -> None:
+    report = audit(
+        str(CORPUS / "llmcompressor-moe-w4a16"),
+        engine="sglang",
+        gpu="sm90",
+        env={"moe_runner_backend": "triton"},
+    )
+    assert experts_row(report).executed == "unknown"
