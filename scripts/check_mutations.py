@@ -1363,6 +1363,12 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("view-declared-actorder", "engines/arms.py",
      "        declared_actorder=scheme is not None and scheme.actorder is not None,\n",
      "        declared_actorder=False,\n"),
+    ("vllm-ct-experts-static-w8a8", "engines/profiles/vllm.toml",
+     'declared_arm = ["W8A8-INT"]\ndeclared_activation = ["int dynamic token"]\ndeclared_strategy = ["tensor", "channel"]\ndeclared_symmetric = true\nmodule_contains = [".experts."]\narm = "W8A8-INT"\n',
+     'declared_arm = ["W8A8-INT"]\nmodule_contains = [".experts."]\narm = "W8A8-INT"\n'),
+    ("vllm-ct-experts-group-format", "engines/profiles/vllm.toml",
+     'reason = "weight-only integer routed experts are taken only where their group',
+     'declared_format = ["zzz"]\nreason = "weight-only integer routed experts are taken only where their group'),
 ]
 # fmt: on
 

@@ -142,3 +142,38 @@ def test_another_moe_runner_backend_is_not_modelled() -> None:
         env={"moe_runner_backend": "triton"},
     )
     assert experts_row(report).executed == "unknown"
+
+
+# vLLM 0.30-0.33 (compressed_tensors_moe/compressed_tensors_moe.py get_moe_method) reads the
+# group's format, and builds INT8 W8A8 experts for dynamic per-token activations only.
+VLLM = ["vllm==0.30.0", "vllm==0.33.0"]
+
+
+@pytest.mark.parametrize("engine", VLLM)
+def test_vllm_integer_experts(tmp_path: Path, engine: str) -> None:
+    w4a16 = experts_row(audit(str(CORPUS / "llmcompressor-moe-w4a16"), engine=engine, gpu="sm90"))
+    assert w4a16.executed == "W4A16-INT"
+    assert w4a16.log == "Using CompressedTensorsWNA16MoEMethod"
+    w8a8 = audit(str(CORPUS / "llmcompressor-moe-w8a8-int8"), engine=engine, gpu="sm90")
+    assert w8a8.verdict == "clean"
+    assert "CompressedTensorsW8A8Int8MoEMethod" in experts_row(w8a8).reason
+    # static activations: dense layers take them, routed experts do not
+    root = tmp_path / "static"
+    shutil.copytree(CORPUS / "llmcompressor-moe-w8a8-int8", root)
+    config = json.loads((root / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"].update(
+        dynamic=False, strategy="tensor"
+    )
+    (root / "config.json").write_text(json.dumps(config))
+    report = audit(str(root), engine=engine, gpu="sm90")
+    assert experts_row(report).executed == "none"
+    assert {a.executed for a in report.arms if a.modules != EXPERTS} == {"W8A8-INT"}
+    # weight-only experts whose group is not pack-quantized
+    unpacked = tmp_path / "unpacked"
+    shutil.copytree(CORPUS / "llmcompressor-moe-w4a16", unpacked)
+    config = json.loads((unpacked / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["format"] = "int-quantized"
+    (unpacked / "config.json").write_text(json.dumps(config))
+    row = experts_row(audit(str(unpacked), engine=engine, gpu="sm90"))
+    assert row.executed == "none"
+    assert "taken only where their group's format is pack-quantized" in row.reason
