@@ -177,3 +177,58 @@ def test_vllm_integer_experts(tmp_path: Path, engine: str) -> None:
     row = experts_row(audit(str(unpacked), engine=engine, gpu="sm90"))
     assert row.executed == "none"
     assert "taken only where their group's format is pack-quantized" in row.reason
+
+
+def with_config(tmp_path: Path, name: str, **changes: object) -> Path:
+    """The corpus checkpoint ``name`` with top-level config.json keys changed (a key of the form
+    ``quantization_config.<key>`` changes the declaration)."""
+    root = tmp_path / name
+    shutil.copytree(CORPUS / name, root)
+    config = json.loads((root / "config.json").read_text())
+    for key, value in changes.items():
+        where, _, leaf = key.rpartition(".")
+        (config[where] if where else config)[leaf] = value
+    (root / "config.json").write_text(json.dumps(config))
+    return root
+
+
+MXFP4_EXPERTS = "llmcompressor-moe-experts-mxfp4a16"
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_mxfp4_experts_lose_their_packed_weights(engine: str) -> None:
+    """Mxfp4MoEMethod registers w13_weight, and the expert mapping makes weight_packed
+    experts.w13_weight_packed: Qwen3-MoE's loader skips it, and the experts run on zeros."""
+    report = audit(str(CORPUS / MXFP4_EXPERTS), engine=engine, gpu="sm90")
+    assert report.verdict == "refused"
+    [refusal] = report.refusals
+    assert refusal.code == "operand-unloaded"
+    assert "24 modules ship weight_packed" in refusal.message
+    assert "Qwen3MoeForCausalLM weight loader renames it to experts.w13_weight_packed" in (
+        refusal.message
+    )
+    assert "the experts compute with their zero-initialized weights" in refusal.message
+    # with the attention MXFP4 too, its dense layers have no scheme at all (no-arm), and
+    # only the experts lose their weights to the loader
+    every = audit(str(CORPUS / "llmcompressor-moe-mxfp4a16"), engine=engine, gpu="sm90")
+    [unloaded] = [r for r in every.refusals if r.code == "operand-unloaded"]
+    assert "24 modules ship weight_packed" in unloaded.message
+    # vLLM's MXFP4 experts method registers w13_weight_packed
+    assert audit(str(CORPUS / MXFP4_EXPERTS), engine="vllm", gpu="sm90").verdict == "clean"
+
+
+def test_how_each_loader_meets_the_dropped_name(tmp_path: Path) -> None:
+    mixtral = with_config(tmp_path / "m", MXFP4_EXPERTS, architectures=["MixtralForCausalLM"])
+    [refusal] = audit(str(mixtral), engine="sglang", gpu="sm90").refusals
+    assert "raises KeyError" in refusal.message
+    # KimiK3 renames weight_packed to weight first; a loader not read says nothing
+    for architecture in ("KimiK3LinearForCausalLM", "SomeNewMoeForCausalLM"):
+        root = with_config(tmp_path / architecture, MXFP4_EXPERTS, architectures=[architecture])
+        codes = {r.code for r in audit(str(root), engine="sglang", gpu="sm90").refusals}
+        assert "operand-unloaded" not in codes, architecture
+    # a config whose format does not name mxfp4 takes get_moe_scheme instead
+    mixed = with_config(
+        tmp_path / "x", MXFP4_EXPERTS, **{"quantization_config.format": "mixed-precision"}
+    )
+    codes = {r.code for r in audit(str(mixed), engine="sglang", gpu="sm90").refusals}
+    assert "operand-unloaded" not in codes

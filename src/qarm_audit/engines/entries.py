@@ -279,6 +279,10 @@ class LoaderDrop(BaseModel):
     """Declared weight strategies the quant method registers ``operand`` for."""
     architecture: list[str]
     """config.json's architectures (the first entry) whose model class renames it."""
+    module_contains: list[str] | None = None
+    """Holds for modules whose name contains one of these (``.experts.``: routed experts)."""
+    config_format: list[str] | None = None
+    """Holds where the compressed-tensors config's top-level ``format`` is one of these."""
     operand: str
     renamed_to: str
     reason: str

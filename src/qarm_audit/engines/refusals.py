@@ -151,11 +151,16 @@ def loader_drops(
     weight loader renames away from the parameter the quant method registers."""
     out = []
     for drop in profile.loader_drops:
-        if architecture not in drop.architecture:
+        if architecture not in drop.architecture or (
+            drop.config_format is not None and declaration.config_format not in drop.config_format
+        ):
             continue
         shipping: dict[str, list[ModuleInfo]] = {}
         for info in modules.values():
-            if drop.operand not in info.operands:
+            if drop.operand not in info.operands or (
+                drop.module_contains is not None
+                and not any(part in info.name for part in drop.module_contains)
+            ):
                 continue
             membership = memberships.get(info.name)
             scheme = declared_scheme(declaration, membership)
