@@ -1378,6 +1378,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("sglang-mxfp4-experts-skipped", "engines/profiles/sglang.toml",
      'architecture = ["Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMMTP",',
      'architecture = ["Qwen3MoeForCausalLMMTP",'),
+    ("sglang-ct-experts-mxfp8", "engines/profiles/sglang.toml",
+     'reason = "MXFP8 routed experts match no branch of get_moe_scheme',
+     'declared_format = ["zzz"]\nreason = "MXFP8 routed experts match no branch of get_moe_scheme'),
 ]
 # fmt: on
 

@@ -45,6 +45,7 @@ NO_ARM_IN_NAME_PROBE = {
     "llmcompressor-moe-fp8attn-w4a16experts",
     "llmcompressor-moe-w8a8-int8",
     "llmcompressor-moe-experts-mxfp4a16",
+    "llmcompressor-moe-mxfp8",
     "llmcompressor-w8a8-int8",
     "modelopt-fp8-blockwise-wo",
     "modelopt-fp8-pcpt",

@@ -232,3 +232,24 @@ def test_how_each_loader_meets_the_dropped_name(tmp_path: Path) -> None:
     )
     codes = {r.code for r in audit(str(mixed), engine="sglang", gpu="sm90").refusals}
     assert "operand-unloaded" not in codes
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_mxfp8_experts_have_no_moe_scheme(tmp_path: Path, engine: str) -> None:
+    report = audit(str(CORPUS / "llmcompressor-moe-mxfp8"), engine=engine, gpu="sm100")
+    row = experts_row(report)
+    assert row.executed == "none"
+    assert "ends in a RuntimeError" in row.reason
+    # weight-only: the W4A8 test reads the activations it has not
+    root = tmp_path / "a16"
+    shutil.copytree(CORPUS / "llmcompressor-moe-mxfp8", root)
+    config = json.loads((root / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = None
+    (root / "config.json").write_text(json.dumps(config))
+    row = experts_row(audit(str(root), engine=engine, gpu="sm100"))
+    assert row.executed == "none"
+    assert "reads the missing input activations' num_bits" in row.reason
+    # vLLM has an MXFP8 experts method
+    assert audit(str(CORPUS / "llmcompressor-moe-mxfp8"), engine="vllm", gpu="sm100").verdict == (
+        "clean"
+    )
