@@ -1381,6 +1381,9 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("sglang-ct-experts-mxfp8", "engines/profiles/sglang.toml",
      'reason = "MXFP8 routed experts match no branch of get_moe_scheme',
      'declared_format = ["zzz"]\nreason = "MXFP8 routed experts match no branch of get_moe_scheme'),
+    ("sglang-ct-experts-w4a8-npu-only", "engines/profiles/sglang.toml",
+     'declared_activation = ["float dynamic token", "int dynamic token"]\n',
+     'declared_activation = ["zzz"]\n'),
 ]
 # fmt: on
 

@@ -46,6 +46,7 @@ NO_ARM_IN_NAME_PROBE = {
     "llmcompressor-moe-w8a8-int8",
     "llmcompressor-moe-experts-mxfp4a16",
     "llmcompressor-moe-mxfp8",
+    "llmcompressor-moe-w4afp8",
     "llmcompressor-w8a8-int8",
     "modelopt-fp8-blockwise-wo",
     "modelopt-fp8-pcpt",

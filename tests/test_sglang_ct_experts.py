@@ -253,3 +253,18 @@ def test_mxfp8_experts_have_no_moe_scheme(tmp_path: Path, engine: str) -> None:
     assert audit(str(CORPUS / "llmcompressor-moe-mxfp8"), engine="vllm", gpu="sm100").verdict == (
         "clean"
     )
+
+
+@pytest.mark.parametrize("engine", RELEASES)
+def test_w4afp8_experts_of_llm_compressor_have_an_npu_scheme_only(
+    tmp_path: Path, engine: str
+) -> None:
+    """llm-compressor's W4AFP8 preset is saved int-quantized, so _is_wint4afp8 (pack-quantized
+    only) does not take the experts and _is_dynamic_token_w4a8 raises."""
+    row = experts_row(audit(str(CORPUS / "llmcompressor-moe-w4afp8"), engine=engine, gpu="sm90"))
+    assert row.executed == "none"
+    assert "whose scheme is for NPU only" in row.reason
+    packed = with_config(
+        tmp_path, "llmcompressor-moe-w4afp8", **{"quantization_config.format": "pack-quantized"}
+    )
+    assert experts_row(audit(str(packed), engine=engine, gpu="sm90")).executed == "unknown"
