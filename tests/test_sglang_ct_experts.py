@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,14 +47,48 @@ def test_int4_experts_run_marlin_moe_or_triton_on_sm100(engine: str) -> None:
     assert sm100.log == "Using CompressedTensorsWNA16TritonMoE (SM100/SM103 auto default)"
 
 
-def edited(tmp_path: Path, name: str, **weights: object) -> Path:
-    """The corpus checkpoint ``name`` with its first group's weights changed."""
+def edited(tmp_path: Path, name: str, change: Callable[[dict[str, Any]], object]) -> Path:
+    """The corpus checkpoint ``name`` copied, ``change`` applied to its config.json."""
     root = tmp_path / name
     shutil.copytree(CORPUS / name, root)
     config = json.loads((root / "config.json").read_text())
-    config["quantization_config"]["config_groups"]["group_0"]["weights"].update(weights)
+    change(config)
     (root / "config.json").write_text(json.dumps(config))
     return root
+
+
+def group(config: dict[str, Any], part: str = "weights") -> dict[str, Any]:
+    """The first config group's ``weights`` (or ``input_activations``), to edit in place."""
+    found: dict[str, Any] = config["quantization_config"]["config_groups"]["group_0"][part]
+    return found
+
+
+def with_weights(tmp_path: Path, name: str, **weights: object) -> Path:
+    return edited(tmp_path, name, lambda config: group(config).update(weights))
+
+
+def with_group(tmp_path: Path, name: str, **keys: object) -> Path:
+    def change(config: dict[str, Any]) -> None:
+        config["quantization_config"]["config_groups"]["group_0"].update(keys)
+
+    return edited(tmp_path, name, change)
+
+
+def with_architecture(tmp_path: Path, name: str, architecture: str) -> Path:
+    return edited(tmp_path, name, lambda config: config.update(architectures=[architecture]))
+
+
+def with_format(tmp_path: Path, name: str, value: str) -> Path:
+    return edited(tmp_path, name, lambda config: config["quantization_config"].update(format=value))
+
+
+def static_w8a8(tmp_path: Path) -> Path:
+    """llm-compressor's INT8 W8A8 MoE with static per-tensor activations."""
+    return edited(
+        tmp_path,
+        "llmcompressor-moe-w8a8-int8",
+        lambda config: group(config, "input_activations").update(dynamic=False, strategy="tensor"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -62,7 +98,7 @@ def edited(tmp_path: Path, name: str, **weights: object) -> Path:
 def test_triton_takes_only_symmetric_groups_of_32_or_128_without_actorder(
     tmp_path: Path, weights: dict[str, object]
 ) -> None:
-    root = edited(tmp_path, "llmcompressor-moe-w4a16", **weights)
+    root = with_weights(tmp_path, "llmcompressor-moe-w4a16", **weights)
     row = experts_row(audit(str(root), engine="sglang", gpu="sm100"))
     assert (row.executed, row.kernel) == ("W4A16-INT", "Marlin MoE")
 
@@ -78,33 +114,33 @@ def test_mixed_precision_config_fails_the_experts(tmp_path: Path) -> None:
     assert {a.executed for a in report.arms if a.modules != EXPERTS} == {"W8A8-FP8"}
     assert audit(str(CORPUS / name), engine="vllm", gpu="sm90").verdict == "clean"
     # the same experts in a config whose format is pack-quantized: Marlin MoE
-    root = tmp_path / "packed"
-    shutil.copytree(CORPUS / name, root)
-    config = json.loads((root / "config.json").read_text())
-    config["quantization_config"]["format"] = "pack-quantized"
-    (root / "config.json").write_text(json.dumps(config))
+    root = with_format(tmp_path, name, "pack-quantized")
     assert experts_row(audit(str(root), engine="sglang", gpu="sm90")).executed == "W4A16-INT"
 
 
 def test_int8_and_other_widths_of_weight_only_experts(tmp_path: Path) -> None:
-    symmetric = edited(tmp_path, "llmcompressor-moe-w4a16", num_bits=8)
+    symmetric = with_weights(tmp_path, "llmcompressor-moe-w4a16", num_bits=8)
     row = experts_row(audit(str(symmetric), engine="sglang", gpu="sm90"))
     assert (row.executed, row.kernel) == ("W8A16-INT", "Marlin MoE")
-    asymmetric = edited(tmp_path / "a", "llmcompressor-moe-w4a16", num_bits=8, symmetric=False)
+    asymmetric = with_weights(
+        tmp_path / "a", "llmcompressor-moe-w4a16", num_bits=8, symmetric=False
+    )
     row = experts_row(audit(str(asymmetric), engine="sglang", gpu="sm90"))
     assert row.executed == "none"
     assert "get_scalar_type asserts" in row.reason
     # a 4-bit asymmetric group still runs Marlin MoE, with zero points
-    zero_points = edited(tmp_path / "z", "llmcompressor-moe-w4a16", symmetric=False)
+    zero_points = with_weights(tmp_path / "z", "llmcompressor-moe-w4a16", symmetric=False)
     assert experts_row(audit(str(zero_points), engine="sglang", gpu="sm90")).executed == (
         "W4A16-INT"
     )
     # neither 4 nor 8 bits: the scheme raises as it is built
-    two = edited(tmp_path / "2", "llmcompressor-moe-w4a16", num_bits=2)
+    two = with_weights(tmp_path / "2", "llmcompressor-moe-w4a16", num_bits=2)
     report = audit(str(two), engine="sglang", gpu="sm90")
     assert experts_row(report).executed == "none"
     # a per-tensor integer reaches the w4a8 test, which reads the activations it has not
-    tensor = edited(tmp_path / "t", "llmcompressor-moe-w4a16", strategy="tensor", group_size=None)
+    tensor = with_weights(
+        tmp_path / "t", "llmcompressor-moe-w4a16", strategy="tensor", group_size=None
+    )
     row = experts_row(audit(str(tensor), engine="sglang", gpu="sm90"))
     assert row.executed == "none"
     assert "no attribute 'num_bits'" in next(
@@ -122,14 +158,7 @@ def test_int8_w8a8_experts_have_an_npu_scheme_only(tmp_path: Path, engine: str) 
         for r in report.refusals
     )
     # static per-tensor activations reach the final RuntimeError instead
-    root = tmp_path / "static"
-    shutil.copytree(CORPUS / "llmcompressor-moe-w8a8-int8", root)
-    config = json.loads((root / "config.json").read_text())
-    config["quantization_config"]["config_groups"]["group_0"]["input_activations"].update(
-        dynamic=False, strategy="tensor"
-    )
-    (root / "config.json").write_text(json.dumps(config))
-    row = experts_row(audit(str(root), engine=engine, gpu="sm90"))
+    row = experts_row(audit(str(static_w8a8(tmp_path)), engine=engine, gpu="sm90"))
     assert row.executed == "none"
     assert "ends in a RuntimeError" in row.reason
 
@@ -158,38 +187,14 @@ def test_vllm_integer_experts(tmp_path: Path, engine: str) -> None:
     assert w8a8.verdict == "clean"
     assert "CompressedTensorsW8A8Int8MoEMethod" in experts_row(w8a8).reason
     # static activations: dense layers take them, routed experts do not
-    root = tmp_path / "static"
-    shutil.copytree(CORPUS / "llmcompressor-moe-w8a8-int8", root)
-    config = json.loads((root / "config.json").read_text())
-    config["quantization_config"]["config_groups"]["group_0"]["input_activations"].update(
-        dynamic=False, strategy="tensor"
-    )
-    (root / "config.json").write_text(json.dumps(config))
-    report = audit(str(root), engine=engine, gpu="sm90")
+    report = audit(str(static_w8a8(tmp_path)), engine=engine, gpu="sm90")
     assert experts_row(report).executed == "none"
     assert {a.executed for a in report.arms if a.modules != EXPERTS} == {"W8A8-INT"}
     # weight-only experts whose group is not pack-quantized
-    unpacked = tmp_path / "unpacked"
-    shutil.copytree(CORPUS / "llmcompressor-moe-w4a16", unpacked)
-    config = json.loads((unpacked / "config.json").read_text())
-    config["quantization_config"]["config_groups"]["group_0"]["format"] = "int-quantized"
-    (unpacked / "config.json").write_text(json.dumps(config))
+    unpacked = with_group(tmp_path / "u", "llmcompressor-moe-w4a16", format="int-quantized")
     row = experts_row(audit(str(unpacked), engine=engine, gpu="sm90"))
     assert row.executed == "none"
     assert "taken only where their group's format is pack-quantized" in row.reason
-
-
-def with_config(tmp_path: Path, name: str, **changes: object) -> Path:
-    """The corpus checkpoint ``name`` with top-level config.json keys changed (a key of the form
-    ``quantization_config.<key>`` changes the declaration)."""
-    root = tmp_path / name
-    shutil.copytree(CORPUS / name, root)
-    config = json.loads((root / "config.json").read_text())
-    for key, value in changes.items():
-        where, _, leaf = key.rpartition(".")
-        (config[where] if where else config)[leaf] = value
-    (root / "config.json").write_text(json.dumps(config))
-    return root
 
 
 MXFP4_EXPERTS = "llmcompressor-moe-experts-mxfp4a16"
@@ -218,18 +223,16 @@ def test_mxfp4_experts_lose_their_packed_weights(engine: str) -> None:
 
 
 def test_how_each_loader_meets_the_dropped_name(tmp_path: Path) -> None:
-    mixtral = with_config(tmp_path / "m", MXFP4_EXPERTS, architectures=["MixtralForCausalLM"])
+    mixtral = with_architecture(tmp_path / "m", MXFP4_EXPERTS, "MixtralForCausalLM")
     [refusal] = audit(str(mixtral), engine="sglang", gpu="sm90").refusals
     assert "raises KeyError" in refusal.message
     # KimiK3 renames weight_packed to weight first; a loader not read says nothing
     for architecture in ("KimiK3LinearForCausalLM", "SomeNewMoeForCausalLM"):
-        root = with_config(tmp_path / architecture, MXFP4_EXPERTS, architectures=[architecture])
+        root = with_architecture(tmp_path / architecture, MXFP4_EXPERTS, architecture)
         codes = {r.code for r in audit(str(root), engine="sglang", gpu="sm90").refusals}
         assert "operand-unloaded" not in codes, architecture
     # a config whose format does not name mxfp4 takes get_moe_scheme instead
-    mixed = with_config(
-        tmp_path / "x", MXFP4_EXPERTS, **{"quantization_config.format": "mixed-precision"}
-    )
+    mixed = with_format(tmp_path / "x", MXFP4_EXPERTS, "mixed-precision")
     codes = {r.code for r in audit(str(mixed), engine="sglang", gpu="sm90").refusals}
     assert "operand-unloaded" not in codes
 
@@ -241,11 +244,7 @@ def test_mxfp8_experts_have_no_moe_scheme(tmp_path: Path, engine: str) -> None:
     assert row.executed == "none"
     assert "ends in a RuntimeError" in row.reason
     # weight-only: the W4A8 test reads the activations it has not
-    root = tmp_path / "a16"
-    shutil.copytree(CORPUS / "llmcompressor-moe-mxfp8", root)
-    config = json.loads((root / "config.json").read_text())
-    config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = None
-    (root / "config.json").write_text(json.dumps(config))
+    root = with_group(tmp_path, "llmcompressor-moe-mxfp8", input_activations=None)
     row = experts_row(audit(str(root), engine=engine, gpu="sm100"))
     assert row.executed == "none"
     assert "reads the missing input activations' num_bits" in row.reason
@@ -264,7 +263,5 @@ def test_w4afp8_experts_of_llm_compressor_have_an_npu_scheme_only(
     row = experts_row(audit(str(CORPUS / "llmcompressor-moe-w4afp8"), engine=engine, gpu="sm90"))
     assert row.executed == "none"
     assert "whose scheme is for NPU only" in row.reason
-    packed = with_config(
-        tmp_path, "llmcompressor-moe-w4afp8", **{"quantization_config.format": "pack-quantized"}
-    )
+    packed = with_format(tmp_path, "llmcompressor-moe-w4afp8", "pack-quantized")
     assert experts_row(audit(str(packed), engine=engine, gpu="sm90")).executed == "unknown"
