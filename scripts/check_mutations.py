@@ -1304,7 +1304,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "            (declaration.method or \"\") in error.producer\n            and kv.algo.upper() in error.kv_algo\n",
      "            kv.algo.upper() in error.kv_algo\n"),
     ("kv-dtype-refused-model-type", "engines/entries.py",
-     "        if model.text_model_type not in self.model_type:\n",
+     "        if model.text_model_type not in self.text_model_types:\n",
      "        if False:\n"),
     ("kv-dtype-refused-unless-falsy", "engines/entries.py",
      "        if any(model.text_state(key) in (\"null\", \"falsy\") for key in self.unless_falsy):\n",

@@ -333,7 +333,7 @@ class KvDtypeError(BaseModel):
     """The engine refuses, as it validates its configuration, the KV-cache dtype it takes from
     a producer's declaration for a model of this kind: ``engine-refuses-declaration``. Holds
     where the declared KV algorithm is in ``kv_algo`` and the text model's config is the kind:
-    its ``model_type`` is in ``model_type``, no key of ``unless_falsy`` is stated null or
+    its ``model_type`` is in ``text_model_types``, no key of ``unless_falsy`` is stated null or
     falsy, and ``config_key`` is stated other than null; except where it states a key of
     ``instead`` truthy, which then asks for ``instead[key]`` in place of ``config_key``. A key
     of ``instead`` stated null or falsy leaves the kind undecided (the releases test it
@@ -344,7 +344,7 @@ class KvDtypeError(BaseModel):
     producer: list[str]
     kv_algo: list[str]
     """Declared KV algorithms (upper case) the engine makes this KV-cache dtype of."""
-    model_type: list[str]
+    text_model_types: list[str]
     config_key: str
     instead: dict[str, str] = {}
     unless_falsy: list[str] = []
@@ -355,7 +355,7 @@ class KvDtypeError(BaseModel):
     source: Source = None
 
     def holds_for(self, model: ModelConfig) -> bool:
-        if model.text_model_type not in self.model_type:
+        if model.text_model_type not in self.text_model_types:
             return False
         if any(model.text_state(key) in ("null", "falsy") for key in self.unless_falsy):
             return False

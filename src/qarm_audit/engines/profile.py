@@ -290,7 +290,7 @@ def _for_release(data: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         wanted = entry.pop("anchor", [])
         if any(known.get(key) != value for key, value in gate.items()):
             return None
-        # a list that differs per release (``model_type_fact``) is the release's fact
+        # a list that differs per release (``text_model_types_fact``) is the release's fact
         for key in [k for k in entry if k.endswith("_fact")]:
             fact = entry.pop(key)
             if not isinstance(known.get(fact), list):
