@@ -1384,6 +1384,15 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("sglang-ct-experts-w4a8-npu-only", "engines/profiles/sglang.toml",
      'declared_activation = ["float dynamic token", "int dynamic token"]\n',
      'declared_activation = ["zzz"]\n'),
+    ("sglang-ct-experts-fp8-pairing", "engines/profiles/sglang.toml",
+     'arm = "none"\nreason = "CompressedTensorsW8A8Fp8MoE takes per-tensor weights',
+     'arm = "W8A8-FP8"\nreason = "CompressedTensorsW8A8Fp8MoE takes per-tensor weights'),
+    ("sglang-ct-experts-fp8-weight-only", "engines/profiles/sglang.toml",
+     'reason = "weight-only FP8 routed experts match no branch',
+     'declared_format = ["zzz"]\nreason = "weight-only FP8 routed experts match no branch'),
+    ("sglang-ct-experts-fp8-below-sm89", "engines/profiles/sglang.toml",
+     'declared_strategy = ["block"]\nmodule_contains = [".experts."]\ngpu_min = 89\n',
+     'declared_strategy = ["block"]\nmodule_contains = [".experts."]\n'),
 ]
 # fmt: on
 
