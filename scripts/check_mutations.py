@@ -1393,6 +1393,15 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("sglang-ct-experts-fp8-below-sm89", "engines/profiles/sglang.toml",
      'declared_strategy = ["block"]\nmodule_contains = [".experts."]\ngpu_min = 89\n',
      'declared_strategy = ["block"]\nmodule_contains = [".experts."]\n'),
+    ("sglang-ct-dense-wna16-strategy", "engines/profiles/sglang.toml",
+     'declared_arm = ["W4A16-INT"]\ndeclared_activation = ["none"]\ndeclared_strategy = ["channel", "group"]\ndeclared_format = ["pack-quantized"]\n',
+     'declared_arm = ["W4A16-INT"]\ndeclared_activation = ["none"]\ndeclared_format = ["pack-quantized"]\n'),
+    ("sglang-ct-dense-w8a8-symmetric", "engines/profiles/sglang.toml",
+     'declared_symmetric = true\ngpu_max = 90\narm = "W8A8-INT"\n',
+     'gpu_max = 90\narm = "W8A8-INT"\n'),
+    ("sglang-ct-dense-int-activations", "engines/profiles/sglang.toml",
+     'arm = "none"\nreason = "integer weights with integer activations other than',
+     'arm = "unknown"\nreason = "integer weights with integer activations other than'),
 ]
 # fmt: on
 

@@ -1,23 +1,26 @@
-"""Record SGLang's own answers for compressed-tensors routed experts: which MoE scheme its
-``CompressedTensorsConfig.get_moe_scheme`` builds for a declared scheme, or what it raises.
+"""Record SGLang's own answers for compressed-tensors layers: which scheme its
+``CompressedTensorsConfig`` builds for a declared scheme on a dense Linear (``get_linear_scheme``)
+and on a routed-experts layer (``get_moe_scheme``), or what it raises.
 
 Reads the pinned SGLang release's source from its wheel at run time (``ast``, never imported,
-no torch), takes out the decision functions (``get_moe_scheme`` and the predicates it calls) and
-the ``__init__`` of the MoE schemes that check their arguments, compiles them in a namespace of
-stand-ins (the platform's capability, ``--moe-runner-backend auto``, CUDA: not NPU, HIP or XPU)
-and runs them on declarations parsed by compressed-tensors' own ``QuantizationArgs``, as SGLang
-parses them. No SGLang code is written anywhere: the output is the answers, with the release and
-a citation per function. tests/test_sglang_moe_answers.py compares qarm's SGLang rules with
-them.
+no torch), takes out the decision functions (the two above, the predicates they call, the
+capability check) and the checks of the schemes they build (``__init__`` where it checks the
+declaration, ``get_min_capability``), compiles them in a namespace of stand-ins (the platform's
+capability, ``--moe-runner-backend`` and ``--fp4-gemm-backend`` auto, CUDA: not NPU, HIP or XPU,
+no sparsity) and runs them on declarations parsed by compressed-tensors' own
+``QuantizationArgs``, as SGLang parses them. No SGLang code is written anywhere: the output is
+the answers, with the release and a citation per function. tests/test_sglang_ct_answers.py
+compares qarm's SGLang rules with them.
 
     pip download --no-deps sglang==0.5.23 -d /tmp/rel
-    python scripts/derive_sglang_moe_answers.py --wheel /tmp/rel/sglang-0.5.23-*.whl
-    python scripts/derive_sglang_moe_answers.py --wheel /tmp/rel/sglang-0.5.23-*.whl --check
+    python scripts/derive_sglang_ct_answers.py --wheel /tmp/rel/sglang-0.5.23-*.whl
+    python scripts/derive_sglang_ct_answers.py --wheel /tmp/rel/sglang-0.5.23-*.whl --check
 
-What the driver follows rather than compiles (cited in the output): ``get_quant_method``'s
-dispatch of a FusedMoE layer (``Mxfp4MoEMethod`` where ``_is_mxfp4_moe`` holds, outside NPUs,
-before ``get_moe_scheme``), and ``get_scheme_dict``, which hands ``get_moe_scheme`` the declared
-group's weights, input activations and format for expert 0's projections.
+Run it where compressed-tensors is the release's pin (0.18.0). What the driver follows rather
+than compiles (cited in the output): ``get_quant_method``'s dispatch (a LinearBase to
+``get_linear_scheme``; a FusedMoE layer to ``Mxfp4MoEMethod`` where ``_is_mxfp4_moe`` holds,
+outside NPUs, else ``get_moe_scheme``), and ``get_scheme_dict``, which hands them the declared
+group's weights, input activations and format.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import contextlib
 import json
 import sys
 import types
@@ -40,17 +44,23 @@ from compressed_tensors.quantization import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "tests" / "data" / "sglang-0.5.23-moe-answers.json"
+OUT = ROOT / "tests" / "data" / "sglang-0.5.23-ct-answers.json"
 RELEASE = "0.5.23"
-FORMAT = "qarm-sglang-moe-answers/1"
+FORMAT = "qarm-sglang-ct-answers/1"
 GPUS = (80, 90, 100, 120)
 
 CT = "sglang/srt/layers/quantization/compressed_tensors/"
 CONFIG = CT + "compressed_tensors.py"
+UTILS = CT + "utils.py"
 SCHEMES = CT + "schemes/"
 WNA16 = SCHEMES + "compressed_tensors_wNa16.py"
 # (file, qualified name): compiled and run exactly as the release has them.
 FUNCTIONS: list[tuple[str, str]] = [
+    (CONFIG, "CompressedTensorsConfig.get_linear_scheme"),
+    (CONFIG, "CompressedTensorsConfig._get_scheme_from_parts"),
+    (CONFIG, "CompressedTensorsConfig._is_fp8_w8a16"),
+    (CONFIG, "CompressedTensorsConfig._is_static_tensor_w8a8"),
+    (CONFIG, "CompressedTensorsConfig.supports_cutlass_24"),
     (CONFIG, "CompressedTensorsConfig.get_moe_scheme"),
     (CONFIG, "CompressedTensorsConfig._is_mxfp4_moe"),
     (CONFIG, "CompressedTensorsConfig._is_wNa16_group_channel"),
@@ -65,8 +75,30 @@ FUNCTIONS: list[tuple[str, str]] = [
     (CONFIG, "CompressedTensorsConfig._is_dynamic_token_w4"),
     (CONFIG, "CompressedTensorsConfig._check_scheme_supported"),
 ]
-# MoE schemes whose constructor (or capability) checks the declaration, compiled likewise.
+HELPERS: list[tuple[str, str]] = [(UTILS, "is_activation_quantization_format")]
+# Schemes whose constructor (or capability) checks the declaration, compiled likewise.
 CHECKED: dict[str, tuple[str, list[str]]] = {
+    "CompressedTensorsWNA16": (WNA16, ["__init__", "get_min_capability"]),
+    "CompressedTensorsW4A16Fp4": (
+        SCHEMES + "compressed_tensors_w4a16_nvfp4.py",
+        ["get_min_capability"],
+    ),
+    "CompressedTensorsW4A4Fp4": (
+        SCHEMES + "compressed_tensors_w4a4_nvfp4.py",
+        ["get_min_capability"],
+    ),
+    "CompressedTensorsW8A8Fp8": (
+        SCHEMES + "compressed_tensors_w8a8_fp8.py",
+        ["get_min_capability"],
+    ),
+    "CompressedTensorsW8A16Fp8": (
+        SCHEMES + "compressed_tensors_w8a16_fp8.py",
+        ["get_min_capability"],
+    ),
+    "CompressedTensorsW8A8Int8": (
+        SCHEMES + "compressed_tensors_w8a8_int8.py",
+        ["get_min_capability"],
+    ),
     "CompressedTensorsWNA16MoE": (SCHEMES + "compressed_tensors_wNa16_moe.py", ["__init__"]),
     "CompressedTensorsW8A8Fp8MoE": (SCHEMES + "compressed_tensors_w8a8_fp8_moe.py", ["__init__"]),
     "CompressedTensorsW4AFP8MoE": (SCHEMES + "compressed_tensors_w4a8_fp8_moe.py", ["__init__"]),
@@ -75,7 +107,10 @@ CHECKED: dict[str, tuple[str, list[str]]] = {
         ["get_min_capability"],
     ),
 }
-SUBCLASSES = {"CompressedTensorsWNA16TritonMoE": "CompressedTensorsWNA16MoE"}
+SUBCLASSES = {
+    "CompressedTensorsWNA16TritonMoE": "CompressedTensorsWNA16MoE",
+    "XPUCompressedTensorsWNA16": "CompressedTensorsWNA16",
+}
 FOLLOWED: list[tuple[str, str]] = [
     (CONFIG, "CompressedTensorsConfig.get_quant_method"),
     (CONFIG, "CompressedTensorsConfig.get_scheme_dict"),
@@ -131,31 +166,39 @@ def _bare(node: ast.FunctionDef) -> ast.FunctionDef:
 
 
 def _compile(node: ast.stmt, where: str, namespace: dict[str, Any]) -> Any:
+    """The function, as a staticmethod or classmethod where the release decorates it so."""
     if not isinstance(node, ast.FunctionDef):
         raise SystemExit(f"{where}: {ast.dump(node)[:60]} is no function")
+    kinds = {d.id for d in node.decorator_list if isinstance(d, ast.Name)}
     module = ast.Module(body=[_bare(node)], type_ignores=[])
     exec(compile(ast.fix_missing_locations(module), where, "exec"), namespace)
-    return namespace[node.name]
+    function = namespace[node.name]
+    if "staticmethod" in kinds:
+        return staticmethod(function)
+    if "classmethod" in kinds:
+        return classmethod(function)
+    return function
 
 
-def _bits_supported(wheel: Wheel) -> list[int]:
-    """``WNA16_SUPPORTED_BITS``: the keys of ``WNA16_SUPPORTED_TYPES_MAP``, read from the AST."""
-    tree = ast.parse(wheel.read(WNA16))
-    for node in tree.body:
+def _type_map(wheel: Wheel, name: str) -> dict[int, str]:
+    """A ``WNA16_*_TYPES_MAP`` of ``compressed_tensors_wNa16.py``: its bit widths, each with
+    the scalar type's name (``scalar_types.uint4b8``) in place of the type."""
+    for node in ast.parse(wheel.read(WNA16)).body:
         if (
             isinstance(node, ast.Assign)
-            and any(
-                isinstance(t, ast.Name) and t.id == "WNA16_SUPPORTED_TYPES_MAP"
-                for t in node.targets
-            )
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
             and isinstance(node.value, ast.Dict)
         ):
-            return [ast.literal_eval(k) for k in node.value.keys if k is not None]
-    raise SystemExit(f"WNA16_SUPPORTED_TYPES_MAP not found in {WNA16}")
+            return {
+                ast.literal_eval(k): ast.unparse(v)
+                for k, v in zip(node.value.keys, node.value.values, strict=True)
+                if k is not None
+            }
+    raise SystemExit(f"{name} not found in {WNA16}")
 
 
 class _Backend:
-    """``--moe-runner-backend auto``."""
+    """``--moe-runner-backend auto``, ``--fp4-gemm-backend auto``."""
 
     def is_auto(self) -> bool:
         return True
@@ -178,10 +221,6 @@ class _Logger:
         return lambda *args, **kwargs: None
 
 
-class _Recorded(Exception):
-    """A scheme was built: its class name."""
-
-
 def _namespace(wheel: Wheel, gpu: int) -> dict[str, Any]:
     torch = types.SimpleNamespace(
         cuda=types.SimpleNamespace(get_device_capability=lambda: (gpu // 10, gpu % 10))
@@ -196,12 +235,20 @@ def _namespace(wheel: Wheel, gpu: int) -> dict[str, Any]:
 
     from compressed_tensors.config import CompressionFormat
 
+    def find_matched_target(**kwargs: Any) -> Any:
+        raise ValueError("no sparsity target")  # no sparsity_config
+
     return {
+        "find_matched_target": find_matched_target,
+        "suppress": contextlib.suppress,
+        "get_fp4_gemm_runner_backend": _Backend,
         "QuantizationType": QuantizationType,
         "QuantizationStrategy": QuantizationStrategy,
         "ActivationOrdering": ActivationOrdering,
         "CompressionFormat": CompressionFormat,
-        "WNA16_SUPPORTED_BITS": _bits_supported(wheel),
+        "WNA16_SUPPORTED_TYPES_MAP": _type_map(wheel, "WNA16_SUPPORTED_TYPES_MAP"),
+        "WNA16_ZP_SUPPORTED_TYPES_MAP": _type_map(wheel, "WNA16_ZP_SUPPORTED_TYPES_MAP"),
+        "WNA16_SUPPORTED_BITS": list(_type_map(wheel, "WNA16_SUPPORTED_TYPES_MAP")),
         "get_moe_runner_backend": _Backend,
         "get_platform": lambda: _Platform(gpu),
         "logger": _Logger(),
@@ -214,18 +261,22 @@ def _namespace(wheel: Wheel, gpu: int) -> dict[str, Any]:
 
 
 def _schemes(wheel: Wheel, namespace: dict[str, Any]) -> dict[str, type]:
-    """Every scheme class get_moe_scheme names, as a stand-in that records its name; those of
-    CHECKED run the release's own checks first."""
+    """Every scheme class the two decisions name, as a stand-in that records its name; those of
+    CHECKED run the release's own checks."""
     tree = ast.parse(wheel.read(CONFIG))
-    method = _find(tree, "CompressedTensorsConfig.get_moe_scheme", CONFIG)
+    methods = [
+        _find(tree, f"CompressedTensorsConfig.{name}", CONFIG)
+        for name in ("get_moe_scheme", "_get_scheme_from_parts")
+    ]
     names = sorted(
         {
-            n.func.id
+            n.id
+            for method in methods
             for n in ast.walk(method)
-            if isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Name)
-            and n.func.id[0].isupper()
-            and not hasattr(builtins, n.func.id)
+            if isinstance(n, ast.Name)
+            and n.id[0].isupper()
+            and not hasattr(builtins, n.id)
+            and n.id not in namespace
         }
     )
     out: dict[str, type] = {}
@@ -236,9 +287,8 @@ def _schemes(wheel: Wheel, namespace: dict[str, Any]) -> dict[str, type]:
             path, members = CHECKED[base]
             source = ast.parse(wheel.read(path))
             for member in members:
-                function = _compile(_find(source, f"{base}.{member}", path), path, dict(namespace))
-                capability = member == "get_min_capability"
-                attrs[member] = classmethod(function) if capability else function
+                node = _find(source, f"{base}.{member}", path)
+                attrs[member] = _compile(node, path, dict(namespace))
         out[name] = type(name, (), attrs)
     return out
 
@@ -247,13 +297,15 @@ def _config(wheel: Wheel, gpu: int) -> tuple[type, dict[str, type]]:
     namespace = _namespace(wheel, gpu)
     schemes = _schemes(wheel, namespace)
     namespace.update(schemes)
+    for path, name in HELPERS:
+        namespace[name] = _compile(_find(ast.parse(wheel.read(path)), name, path), path, namespace)
     tree = ast.parse(wheel.read(CONFIG))
     methods = {
         qualname.rpartition(".")[2]: _compile(_find(tree, qualname, CONFIG), CONFIG, namespace)
         for path, qualname in FUNCTIONS
     }
     methods["_add_fused_moe_to_target_scheme_map"] = lambda self: None
-    methods["get_scheme_dict"] = lambda self, layer, name: self.scheme_dict
+    methods["get_scheme_dict"] = lambda self, layer, name, matched_target=None: self.scheme_dict
     return type("CompressedTensorsConfig", (), methods), schemes
 
 
@@ -261,8 +313,8 @@ def _args(spec: dict[str, Any] | None) -> QuantizationArgs | None:
     return None if spec is None else QuantizationArgs.model_validate(spec)
 
 
-def answer(wheel: Wheel, case: dict[str, Any], gpu: int) -> dict[str, Any]:
-    """What SGLang does for the routed experts of ``case`` on ``gpu``."""
+def answer(wheel: Wheel, case: dict[str, Any], gpu: int, layer: str) -> dict[str, Any]:
+    """What SGLang builds for ``case`` on ``gpu`` as a dense Linear or routed experts."""
     config_class, _ = _config(wheel, gpu)
     config = config_class()
     weights, activations = _args(case["weights"]), _args(case["input_activations"])
@@ -270,11 +322,16 @@ def answer(wheel: Wheel, case: dict[str, Any], gpu: int) -> dict[str, Any]:
     config.quant_format = case["config_format"]
     config.target_scheme_map = {case["target"]: scheme}
     config.scheme_dict = scheme
-    # get_quant_method: a FusedMoE layer takes Mxfp4MoEMethod where _is_mxfp4_moe holds
-    if config._is_mxfp4_moe(layer_name="model.layers.0.mlp.experts"):
-        return {"method": "Mxfp4MoEMethod"}
+    config.sparsity_scheme_map, config.sparsity_ignore_list = {}, []
+    config.packed_modules_mapping = {}
     try:
-        built = config.get_moe_scheme(layer=None, layer_name="model.layers.0.mlp.experts")
+        if layer == "dense":
+            built = config.get_linear_scheme(layer=None, layer_name="model.layers.0.mlp.down_proj")
+        # get_quant_method: a FusedMoE layer takes Mxfp4MoEMethod where _is_mxfp4_moe holds
+        elif config._is_mxfp4_moe(layer_name="model.layers.0.mlp.experts"):
+            return {"method": "Mxfp4MoEMethod"}
+        else:
+            built = config.get_moe_scheme(layer=None, layer_name="model.layers.0.mlp.experts")
     except Exception as exc:  # the engine's refusal is the answer
         return {"raises": type(exc).__name__, "message": str(exc)}
     return {"scheme": type(built).__name__}
@@ -289,7 +346,7 @@ def _float(bits: int, strategy: str, group: int | None = None, **more: Any) -> d
 
 
 def cases() -> list[dict[str, Any]]:
-    """Declarations of routed experts: one config group, its format, the config's format."""
+    """Declarations: one config group, its format, the config's format, its target."""
     out: list[dict[str, Any]] = []
 
     def add(weights: Any, activations: Any, fmt: str, config_format: str | None = None) -> None:
@@ -301,7 +358,7 @@ def cases() -> list[dict[str, Any]]:
                 "config_format": config_format or fmt,
                 "target": target,
             }
-            for target in ("Linear", "re:.*mlp\\.experts\\..*")
+            for target in ("Linear", "re:.*mlp\\..*")
         )
 
     token_int = {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}
@@ -352,14 +409,15 @@ def derive(wheel: Wheel) -> dict[str, Any]:
         raise SystemExit(f"the wheel is sglang {release}, this script records {RELEASE}")
     cite = f"sgl-project/sglang python/{{}}@v{release}"
     answers = [
-        {"case": case, "gpu": gpu, "answer": answer(wheel, case, gpu)}
+        {"case": case, "gpu": gpu, "layer": layer, "answer": answer(wheel, case, gpu, layer)}
         for case in cases()
+        for layer in ("dense", "experts")
         for gpu in GPUS
     ]
     return {
         "format": FORMAT,
         "release": release,
-        "compiled": [f"{cite.format(path)} {name}" for path, name in FUNCTIONS]
+        "compiled": [f"{cite.format(path)} {name}" for path, name in [*FUNCTIONS, *HELPERS]]
         + [f"{cite.format(path)} {cls}.{m}" for cls, (path, ms) in CHECKED.items() for m in ms],
         "followed": [f"{cite.format(path)} {name}" for path, name in FOLLOWED],
         "answers": answers,
