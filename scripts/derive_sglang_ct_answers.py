@@ -1,9 +1,9 @@
 """Record SGLang's own answers for compressed-tensors layers: which scheme its
-``CompressedTensorsConfig`` builds for a declared scheme on a dense Linear (``get_linear_scheme``)
-and on a routed-experts layer (``get_moe_scheme``), or what it raises.
+``CompressedTensorsConfig`` builds for a declared scheme on a dense Linear
+(``get_linear_scheme``) and on a routed-experts layer (``get_moe_scheme``), or what it raises.
 
-Reads the pinned SGLang release's source from its wheel at run time (``ast``, never imported,
-no torch), takes out the decision functions (the two above, the predicates they call, the
+Reads the pinned SGLang release's source from its wheel at run time (``ast``, never imported, no
+torch), takes out the decision functions (the two above, the predicates they call, the
 capability check) and the checks of the schemes they build (``__init__`` where it checks the
 declaration, ``get_min_capability``), compiles them in a namespace of stand-ins (the platform's
 capability, ``--moe-runner-backend`` and ``--fp4-gemm-backend`` auto, CUDA: not NPU, HIP or XPU,
@@ -16,11 +16,11 @@ compares qarm's SGLang rules with them.
     python scripts/derive_sglang_ct_answers.py --wheel /tmp/rel/sglang-0.5.23-*.whl
     python scripts/derive_sglang_ct_answers.py --wheel /tmp/rel/sglang-0.5.23-*.whl --check
 
-Run it where compressed-tensors is the release's pin (0.18.0). What the driver follows rather
-than compiles (cited in the output): ``get_quant_method``'s dispatch (a LinearBase to
-``get_linear_scheme``; a FusedMoE layer to ``Mxfp4MoEMethod`` where ``_is_mxfp4_moe`` holds,
-outside NPUs, else ``get_moe_scheme``), and ``get_scheme_dict``, which hands them the declared
-group's weights, input activations and format.
+Run it where compressed-tensors is the releases' pin (0.18.0 for 0.5.22 and 0.5.23). What the
+driver follows rather than compiles (cited in the output): ``get_quant_method``'s dispatch (a
+LinearBase to ``get_linear_scheme``; a FusedMoE layer to ``Mxfp4MoEMethod`` where
+``_is_mxfp4_moe`` holds, outside NPUs, else ``get_moe_scheme``), and ``get_scheme_dict``, which
+hands them the declared group's weights, input activations and format.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ from compressed_tensors.quantization import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "tests" / "data" / "sglang-0.5.23-ct-answers.json"
-RELEASE = "0.5.23"
+DATA = ROOT / "tests" / "data"
+RELEASES = ("0.5.22", "0.5.23")
+"""The releases whose answers are committed, as ``sglang-<release>-ct-answers.json``."""
 FORMAT = "qarm-sglang-ct-answers/1"
 GPUS = (80, 90, 100, 120)
 
@@ -405,8 +406,8 @@ def cases() -> list[dict[str, Any]]:
 
 def derive(wheel: Wheel) -> dict[str, Any]:
     release = wheel.release()
-    if release != RELEASE:
-        raise SystemExit(f"the wheel is sglang {release}, this script records {RELEASE}")
+    if release not in RELEASES:
+        raise SystemExit(f"the wheel is sglang {release}, this script records {RELEASES}")
     cite = f"sgl-project/sglang python/{{}}@v{release}"
     answers = [
         {"case": case, "gpu": gpu, "layer": layer, "answer": answer(wheel, case, gpu, layer)}
@@ -429,14 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheel", type=Path, required=True)
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
     args = parser.parse_args(argv)
-    text = json.dumps(derive(Wheel(args.wheel)), indent=1, sort_keys=True) + "\n"
+    data = derive(Wheel(args.wheel))
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    out = DATA / f"sglang-{data['release']}-ct-answers.json"
     if args.check:
-        if not OUT.is_file() or OUT.read_text("utf-8") != text:
-            print(f"{OUT} is stale", file=sys.stderr)
+        if not out.is_file() or out.read_text("utf-8") != text:
+            print(f"{out} is stale", file=sys.stderr)
             return 1
         return 0
-    OUT.write_text(text, "utf-8")
-    print(f"wrote {OUT}")
+    out.write_text(text, "utf-8")
+    print(f"wrote {out}")
     return 0
 
 

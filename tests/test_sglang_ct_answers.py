@@ -1,18 +1,18 @@
 """Differential: qarm's SGLang rules for compressed-tensors layers against SGLang 0.5.23's own
 ``get_linear_scheme`` and ``get_moe_scheme``.
 
-tests/data/sglang-0.5.23-ct-answers.json holds, for declarations of one config group (integer,
-FP8, NVFP4 and MX schemes, each group format and config format, a ``Linear`` or a regex target),
-on a dense Linear and on a routed-experts layer, and on the GPUs sm80, sm90, sm100, sm120, what
-SGLang does: the scheme it builds, ``Mxfp4MoEMethod`` (where ``get_quant_method`` sends an
-experts layer first), or the error it raises. scripts/derive_sglang_ct_answers.py derived them
-by running those functions, compiled from the release wheel's own source, on declarations
-parsed by compressed-tensors 0.18.0 (the release's pin); this test needs no SGLang. For every
-answer, qarm's rule for the same declaration, layer and GPU must give that scheme's arm, or
-``none`` with the engine's words, or ``unknown`` where the rules say they do not model the
-runner; each allowed difference is named below with its reason. Regenerate with
-``python scripts/derive_sglang_ct_answers.py --wheel sglang-0.5.23-...whl`` in a venv holding
-compressed-tensors 0.18.0 (``--check`` compares).
+tests/data/sglang-0.5.23-ct-answers.json (and the same for 0.5.22) holds, for declarations of
+one config group (integer, FP8, NVFP4 and MX schemes, each group format and config format, a
+``Linear`` or a regex target), on a dense Linear and on a routed-experts layer, and on the GPUs
+sm80, sm90, sm100, sm120, what SGLang does: the scheme it builds, ``Mxfp4MoEMethod`` (where
+``get_quant_method`` sends an experts layer first), or the error it raises.
+scripts/derive_sglang_ct_answers.py derived them by running those functions, compiled from the
+release wheel's own source, on declarations parsed by compressed-tensors 0.18.0 (the release's
+pin); this test needs no SGLang. For every answer, qarm's rule for the same declaration, layer
+and GPU must give that scheme's arm, or ``none`` with the engine's words, or ``unknown`` where
+the rules say they do not model the runner; each allowed difference is named below with its
+reason. Regenerate with ``python scripts/derive_sglang_ct_answers.py --wheel
+sglang-0.5.23-...whl`` in a venv holding compressed-tensors 0.18.0 (``--check`` compares).
 """
 
 from __future__ import annotations
@@ -25,11 +25,15 @@ import pytest
 
 from qarm_audit.declarations import read_declaration
 from qarm_audit.engines.arms import make_view
-from qarm_audit.engines.profile import Rule, load_profile, select
+from qarm_audit.engines.profile import Profile, Rule, load_profile, select
 
-DATA = Path(__file__).parent / "data" / "sglang-0.5.23-ct-answers.json"
-ANSWERS: list[dict[str, Any]] = json.loads(DATA.read_text("utf-8"))["answers"]
-PROFILE = load_profile("sglang==0.5.23")
+DATA = Path(__file__).parent / "data"
+RELEASES = ["0.5.22", "0.5.23"]
+ANSWERS: dict[str, list[dict[str, Any]]] = {
+    release: json.loads((DATA / f"sglang-{release}-ct-answers.json").read_text("utf-8"))["answers"]
+    for release in RELEASES
+}
+PROFILES: dict[str, Profile] = {release: load_profile(f"sglang=={release}") for release in RELEASES}
 MODULES = {
     "dense": "model.layers.0.mlp.down_proj",
     "experts": "model.layers.0.mlp.experts.0.gate_proj",
@@ -97,20 +101,20 @@ def declaration(case: dict[str, Any]) -> Any:
     return read_declaration({"config.json": json.dumps(config)})
 
 
-def rule_for(item: dict[str, Any]) -> Rule | None:
+def rule_for(item: dict[str, Any], profile: Profile) -> Rule | None:
     found = declaration(item["case"])
     scheme = found.schemes["group_0"]
     module = MODULES[item["layer"]]
     view = make_view(
         found, scheme, routing="declared", module=module, shipped=None, operands=["weight"]
     )
-    env = {key: setting.default for key, setting in PROFILE.env.items()}
-    return select(PROFILE, view, env, item["gpu"])
+    env = {key: setting.default for key, setting in profile.env.items()}
+    return select(profile, view, env, item["gpu"])
 
 
-def difference(item: dict[str, Any]) -> str | None:
+def difference(item: dict[str, Any], profile: Profile) -> str | None:
     """Why qarm's rule does not give SGLang's answer; None where it does."""
-    answer, case, gpu, rule = item["answer"], item["case"], item["gpu"], rule_for(item)
+    answer, case, gpu, rule = item["answer"], item["case"], item["gpu"], rule_for(item, profile)
     if rule is None:
         return "no rule holds"
     mxfp4 = case["weights"]["type"] == "float" and case["weights"]["num_bits"] == 4
@@ -155,12 +159,14 @@ def difference(item: dict[str, Any]) -> str | None:
 ALLOWED = (RUNTIME_ASSERT, LINEAR_TARGET, BELOW_SM89, MXFP4_TARGET, CREATE_WEIGHTS, INT8_GEMM)
 
 
-def test_qarm_gives_sglangs_answer_for_every_declaration_layer_and_gpu() -> None:
+@pytest.mark.parametrize("release", RELEASES)
+def test_qarm_gives_sglangs_answer_for_every_declaration_layer_and_gpu(release: str) -> None:
+    profile = PROFILES[release]
     unexplained = sorted(
         {
             f"{item['layer']} {json.dumps(item['case'], sort_keys=True)} sm{item['gpu']}: {why}"
-            for item in ANSWERS
-            if (why := difference(item)) not in (None, *ALLOWED)
+            for item in ANSWERS[release]
+            if (why := difference(item, profile)) not in (None, *ALLOWED)
         }
     )
     assert unexplained == [], "\n".join(unexplained)
@@ -169,4 +175,5 @@ def test_qarm_gives_sglangs_answer_for_every_declaration_layer_and_gpu() -> None
 @pytest.mark.parametrize("reason", ALLOWED)
 def test_each_allowed_difference_occurs(reason: str) -> None:
     """An allowance no answer needs any more is stale."""
-    assert any(difference(item) == reason for item in ANSWERS)
+    profile = PROFILES[RELEASES[-1]]
+    assert any(difference(item, profile) == reason for item in ANSWERS[RELEASES[-1]])
