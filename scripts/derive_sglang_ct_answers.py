@@ -32,16 +32,15 @@ import contextlib
 import json
 import sys
 import types
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from compressed_tensors.quantization import (
     ActivationOrdering,
-    QuantizationArgs,
     QuantizationStrategy,
     QuantizationType,
 )
+from engine_source import Wheel, cases, compile_function, find, int_keyed_map, quant_args
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -118,86 +117,6 @@ FOLLOWED: list[tuple[str, str]] = [
 ]
 
 
-class Wheel:
-    """The release's wheel (or an unpacked copy of it), read as text."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._zip = zipfile.ZipFile(path) if path.is_file() else None
-
-    def read(self, name: str) -> str:
-        if self._zip is not None:
-            return self._zip.read(name).decode("utf-8")
-        return (self.path / name).read_text("utf-8")
-
-    def release(self) -> str:
-        for node in ast.parse(self.read("sglang/_version.py")).body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets
-            ):
-                return str(ast.literal_eval(node.value))
-        raise SystemExit("no __version__ in sglang/_version.py")
-
-
-def _find(tree: ast.Module, qualname: str, where: str) -> ast.stmt:
-    body: list[ast.stmt] = tree.body
-    node: ast.stmt | None = None
-    for part in qualname.split("."):
-        node = next(
-            (n for n in body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == part),
-            None,
-        )
-        if node is None:
-            raise SystemExit(f"{qualname} not found in {where}: the release changed")
-        body = node.body if isinstance(node, ast.ClassDef) else []
-    assert node is not None
-    return node
-
-
-def _bare(node: ast.FunctionDef) -> ast.FunctionDef:
-    """The function without annotations or decorators (they name torch-bound types)."""
-    node.returns = None
-    node.decorator_list = []
-    for arg in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs]:
-        arg.annotation = None
-    for extra in (node.args.vararg, node.args.kwarg):
-        if extra is not None:
-            extra.annotation = None
-    return node
-
-
-def _compile(node: ast.stmt, where: str, namespace: dict[str, Any]) -> Any:
-    """The function, as a staticmethod or classmethod where the release decorates it so."""
-    if not isinstance(node, ast.FunctionDef):
-        raise SystemExit(f"{where}: {ast.dump(node)[:60]} is no function")
-    kinds = {d.id for d in node.decorator_list if isinstance(d, ast.Name)}
-    module = ast.Module(body=[_bare(node)], type_ignores=[])
-    exec(compile(ast.fix_missing_locations(module), where, "exec"), namespace)
-    function = namespace[node.name]
-    if "staticmethod" in kinds:
-        return staticmethod(function)
-    if "classmethod" in kinds:
-        return classmethod(function)
-    return function
-
-
-def _type_map(wheel: Wheel, name: str) -> dict[int, str]:
-    """A ``WNA16_*_TYPES_MAP`` of ``compressed_tensors_wNa16.py``: its bit widths, each with
-    the scalar type's name (``scalar_types.uint4b8``) in place of the type."""
-    for node in ast.parse(wheel.read(WNA16)).body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-            and isinstance(node.value, ast.Dict)
-        ):
-            return {
-                ast.literal_eval(k): ast.unparse(v)
-                for k, v in zip(node.value.keys, node.value.values, strict=True)
-                if k is not None
-            }
-    raise SystemExit(f"{name} not found in {WNA16}")
-
-
 class _Backend:
     """``--moe-runner-backend auto``, ``--fp4-gemm-backend auto``."""
 
@@ -247,9 +166,9 @@ def _namespace(wheel: Wheel, gpu: int) -> dict[str, Any]:
         "QuantizationStrategy": QuantizationStrategy,
         "ActivationOrdering": ActivationOrdering,
         "CompressionFormat": CompressionFormat,
-        "WNA16_SUPPORTED_TYPES_MAP": _type_map(wheel, "WNA16_SUPPORTED_TYPES_MAP"),
-        "WNA16_ZP_SUPPORTED_TYPES_MAP": _type_map(wheel, "WNA16_ZP_SUPPORTED_TYPES_MAP"),
-        "WNA16_SUPPORTED_BITS": list(_type_map(wheel, "WNA16_SUPPORTED_TYPES_MAP")),
+        "WNA16_SUPPORTED_TYPES_MAP": int_keyed_map(wheel, WNA16, "WNA16_SUPPORTED_TYPES_MAP"),
+        "WNA16_ZP_SUPPORTED_TYPES_MAP": int_keyed_map(wheel, WNA16, "WNA16_ZP_SUPPORTED_TYPES_MAP"),
+        "WNA16_SUPPORTED_BITS": list(int_keyed_map(wheel, WNA16, "WNA16_SUPPORTED_TYPES_MAP")),
         "get_moe_runner_backend": _Backend,
         "get_platform": lambda: _Platform(gpu),
         "logger": _Logger(),
@@ -266,7 +185,7 @@ def _schemes(wheel: Wheel, namespace: dict[str, Any]) -> dict[str, type]:
     CHECKED run the release's own checks."""
     tree = ast.parse(wheel.read(CONFIG))
     methods = [
-        _find(tree, f"CompressedTensorsConfig.{name}", CONFIG)
+        find(tree, f"CompressedTensorsConfig.{name}", CONFIG)
         for name in ("get_moe_scheme", "_get_scheme_from_parts")
     ]
     names = sorted(
@@ -288,8 +207,8 @@ def _schemes(wheel: Wheel, namespace: dict[str, Any]) -> dict[str, type]:
             path, members = CHECKED[base]
             source = ast.parse(wheel.read(path))
             for member in members:
-                node = _find(source, f"{base}.{member}", path)
-                attrs[member] = _compile(node, path, dict(namespace))
+                node = find(source, f"{base}.{member}", path)
+                attrs[member] = compile_function(node, path, dict(namespace))
         out[name] = type(name, (), attrs)
     return out
 
@@ -299,10 +218,14 @@ def _config(wheel: Wheel, gpu: int) -> tuple[type, dict[str, type]]:
     schemes = _schemes(wheel, namespace)
     namespace.update(schemes)
     for path, name in HELPERS:
-        namespace[name] = _compile(_find(ast.parse(wheel.read(path)), name, path), path, namespace)
+        namespace[name] = compile_function(
+            find(ast.parse(wheel.read(path)), name, path), path, namespace
+        )
     tree = ast.parse(wheel.read(CONFIG))
     methods = {
-        qualname.rpartition(".")[2]: _compile(_find(tree, qualname, CONFIG), CONFIG, namespace)
+        qualname.rpartition(".")[2]: compile_function(
+            find(tree, qualname, CONFIG), CONFIG, namespace
+        )
         for path, qualname in FUNCTIONS
     }
     methods["_add_fused_moe_to_target_scheme_map"] = lambda self: None
@@ -310,15 +233,11 @@ def _config(wheel: Wheel, gpu: int) -> tuple[type, dict[str, type]]:
     return type("CompressedTensorsConfig", (), methods), schemes
 
 
-def _args(spec: dict[str, Any] | None) -> QuantizationArgs | None:
-    return None if spec is None else QuantizationArgs.model_validate(spec)
-
-
 def answer(wheel: Wheel, case: dict[str, Any], gpu: int, layer: str) -> dict[str, Any]:
     """What SGLang builds for ``case`` on ``gpu`` as a dense Linear or routed experts."""
     config_class, _ = _config(wheel, gpu)
     config = config_class()
-    weights, activations = _args(case["weights"]), _args(case["input_activations"])
+    weights, activations = quant_args(case["weights"]), quant_args(case["input_activations"])
     scheme = {"weights": weights, "input_activations": activations, "format": case["format"]}
     config.quant_format = case["config_format"]
     config.target_scheme_map = {case["target"]: scheme}
@@ -338,74 +257,8 @@ def answer(wheel: Wheel, case: dict[str, Any], gpu: int, layer: str) -> dict[str
     return {"scheme": type(built).__name__}
 
 
-def _int(bits: int, strategy: str, group: int | None = None, **more: Any) -> dict[str, Any]:
-    return {"num_bits": bits, "type": "int", "strategy": strategy, "group_size": group, **more}
-
-
-def _float(bits: int, strategy: str, group: int | None = None, **more: Any) -> dict[str, Any]:
-    return {"num_bits": bits, "type": "float", "strategy": strategy, "group_size": group, **more}
-
-
-def cases() -> list[dict[str, Any]]:
-    """Declarations: one config group, its format, the config's format, its target."""
-    out: list[dict[str, Any]] = []
-
-    def add(weights: Any, activations: Any, fmt: str, config_format: str | None = None) -> None:
-        out.extend(
-            {
-                "weights": weights,
-                "input_activations": activations,
-                "format": fmt,
-                "config_format": config_format or fmt,
-                "target": target,
-            }
-            for target in ("Linear", "re:.*mlp\\..*")
-        )
-
-    token_int = {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}
-    token_float = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}
-    tensor_int = {"num_bits": 8, "type": "int", "strategy": "tensor", "dynamic": False}
-    tensor_float = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}
-    for bits in (4, 8, 2):
-        for symmetric in (True, False):
-            for group in (32, 64, 128):
-                for actorder in (None, "group"):
-                    weights = _int(bits, "group", group, symmetric=symmetric, actorder=actorder)
-                    add(weights, None, "pack-quantized")
-            add(_int(bits, "channel", symmetric=symmetric), None, "pack-quantized")
-    add(_int(4, "group", 128), None, "pack-quantized", "mixed-precision")
-    add(_int(8, "channel"), None, "int-quantized")
-    add(_int(4, "tensor"), None, "pack-quantized")
-    add(_int(8, "channel"), token_int, "int-quantized")
-    add(_int(8, "tensor"), token_int, "int-quantized")
-    add(_int(8, "channel"), tensor_int, "int-quantized")
-    add(_int(8, "channel", symmetric=False), token_int, "int-quantized")
-    for activations in (token_float, token_int):
-        add(_int(4, "group", 128), activations, "int-quantized")
-        add(_int(4, "group", 128), activations, "pack-quantized")
-    add(_float(8, "group", 32), None, "mxfp8-quantized")
-    add(_float(8, "group", 32), _float(8, "group", 32, dynamic=True), "mxfp8-quantized")
-    add(_float(4, "group", 32), None, "mxfp4-pack-quantized")
-    add(_float(4, "group", 32), _float(4, "group", 32, dynamic=True), "mxfp4-pack-quantized")
-    add(_float(4, "group", 32), None, "mxfp4-pack-quantized", "mixed-precision")
-    add(_float(4, "tensor_group", 16), None, "nvfp4-pack-quantized")
-    nvfp4_act = _float(4, "tensor_group", 16, dynamic="local")
-    add(_float(4, "tensor_group", 16), nvfp4_act, "nvfp4-pack-quantized")
-    add(_float(8, "channel"), token_float, "float-quantized")
-    add(_float(8, "tensor"), tensor_float, "float-quantized")
-    add(
-        _float(8, "block", block_structure=[128, 128]),
-        _float(8, "group", 128, dynamic=True),
-        "float-quantized",
-    )
-    add(_float(8, "channel"), tensor_float, "float-quantized")
-    add(_float(8, "tensor"), token_float, "float-quantized")
-    add(_float(8, "channel"), None, "float-quantized")
-    return out
-
-
 def derive(wheel: Wheel) -> dict[str, Any]:
-    release = wheel.release()
+    release = wheel.release("sglang")
     if release not in RELEASES:
         raise SystemExit(f"the wheel is sglang {release}, this script records {RELEASES}")
     cite = f"sgl-project/sglang python/{{}}@v{release}"
