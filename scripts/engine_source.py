@@ -20,6 +20,11 @@ class Wheel:
         self.path = path
         self._zip = zipfile.ZipFile(path) if path.is_file() else None
 
+    def names(self) -> list[str]:
+        if self._zip is not None:
+            return self._zip.namelist()
+        return [p.relative_to(self.path).as_posix() for p in self.path.rglob("*")]
+
     def read(self, name: str) -> str:
         if self._zip is not None:
             return self._zip.read(name).decode("utf-8")
@@ -111,7 +116,9 @@ def cases() -> list[dict[str, Any]]:
     ``Linear`` class target or a regex over every MLP module)."""
     out: list[dict[str, Any]] = []
 
-    def add(weights: Any, activations: Any, fmt: str, config_format: str | None = None) -> None:
+    def add(
+        weights: Any, activations: Any, fmt: str | None, config_format: str | None = None
+    ) -> None:
         out.extend(
             {
                 "weights": weights,
@@ -135,20 +142,27 @@ def cases() -> list[dict[str, Any]]:
                     add(weights, None, "pack-quantized")
             add(_int(bits, "channel", symmetric=symmetric), None, "pack-quantized")
     add(_int(4, "group", 128), None, "pack-quantized", "mixed-precision")
+    add(_int(4, "group", 128), None, None)  # a config that states no format (an example recipe)
     add(_int(8, "channel"), None, "int-quantized")
     add(_int(4, "tensor"), None, "pack-quantized")
     add(_int(8, "channel"), token_int, "int-quantized")
     add(_int(8, "tensor"), token_int, "int-quantized")
     add(_int(8, "channel"), tensor_int, "int-quantized")
     add(_int(8, "channel", symmetric=False), token_int, "int-quantized")
+    add(_int(8, "channel"), token_int, "pack-quantized")
+    add(_int(8, "channel"), token_int, "fakequant")  # an obsolete format
+    add(_int(8, "tensor"), tensor_int, None)
     for activations in (token_float, token_int):
         add(_int(4, "group", 128), activations, "int-quantized")
         add(_int(4, "group", 128), activations, "pack-quantized")
-    add(_float(8, "group", 32), None, "mxfp8-quantized")
-    add(_float(8, "group", 32), _float(8, "group", 32, dynamic=True), "mxfp8-quantized")
-    add(_float(4, "group", 32), None, "mxfp4-pack-quantized")
-    add(_float(4, "group", 32), _float(4, "group", 32, dynamic=True), "mxfp4-pack-quantized")
-    add(_float(4, "group", 32), None, "mxfp4-pack-quantized", "mixed-precision")
+    # the MX formats' E8M0 scales, as llm-compressor writes them
+    e8m0 = {"scale_dtype": "torch.uint8"}
+    mx8, mx4 = _float(8, "group", 32, **e8m0), _float(4, "group", 32, **e8m0)
+    add(mx8, None, "mxfp8-quantized")
+    add(mx8, _float(8, "group", 32, dynamic=True, **e8m0), "mxfp8-quantized")
+    add(mx4, None, "mxfp4-pack-quantized")
+    add(mx4, _float(4, "group", 32, dynamic=True, **e8m0), "mxfp4-pack-quantized")
+    add(mx4, None, "mxfp4-pack-quantized", "mixed-precision")
     add(_float(4, "tensor_group", 16), None, "nvfp4-pack-quantized")
     nvfp4_act = _float(4, "tensor_group", 16, dynamic="local")
     add(_float(4, "tensor_group", 16), nvfp4_act, "nvfp4-pack-quantized")

@@ -63,6 +63,18 @@ def test_every_realworld_declaration_parses_or_is_refused_by_name(path: Path, ru
         # kv_cache_scheme that does not write symmetric true (tests/test_kv_declaration.py)
         assert result.exit_code == 1
         assert [r["code"] for r in report["refusals"]] == ["engine-refuses-declaration"]
+    elif path.parent.name in (
+        "ct-example-int4-w4a16",
+        "ct-example-int8-w8a8",
+        "llmc-example-fakequant-int8",
+    ):
+        # example recipes, not checkpoints: groups vLLM's _get_scheme_from_parts finds no scheme
+        # for (no format at all; the obsolete fakequant format), tests/test_vllm_ct_answers.py
+        assert result.exit_code == 1
+        assert {r["code"] for r in report["refusals"]} == {"no-arm"}
+        assert (
+            "No compressed-tensors compatible scheme was found" in report["refusals"][0]["message"]
+        )
     else:
         assert result.exit_code == 0, report["refusals"]
         markdown = run("audit", path, "-f", "markdown").stdout

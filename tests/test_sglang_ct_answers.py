@@ -119,7 +119,7 @@ def difference(item: dict[str, Any], profile: Profile) -> str | None:
         return "no rule holds"
     mxfp4 = case["weights"]["type"] == "float" and case["weights"]["num_bits"] == 4
     experts = item["layer"] == "experts"
-    if experts and rule.arm == "unknown" and mxfp4 and "mxfp4" not in case["config_format"]:
+    if experts and rule.arm == "unknown" and mxfp4 and "mxfp4" not in (case["config_format"] or ""):
         return MXFP4_TARGET
     if "raises" in answer:
         if rule.arm == "unknown" and answer["raises"] == "KeyError":

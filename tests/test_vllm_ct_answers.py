@@ -1,0 +1,128 @@
+"""Differential: qarm's vLLM rules for compressed-tensors layers against vLLM 0.30-0.33's own
+``get_scheme`` (a dense Linear) and ``get_moe_method`` (routed experts).
+
+tests/data/vllm-<release>-ct-answers.json holds, for the declarations of
+scripts/engine_source.py's ``cases`` on a dense Linear and on routed experts and the GPUs sm80,
+sm90, sm100, sm120, the scheme vLLM builds or the error it raises;
+scripts/derive_vllm_ct_answers.py derived them by running those functions, compiled from the
+release wheel's own source, on declarations parsed by compressed-tensors 0.17.0 (the release's
+pin). The answers stop at the scheme's construction, and vLLM's arm is decided further by its
+kernel selection, which the rules model: so where vLLM raises, qarm's rule must refuse in
+vLLM's words; where it builds, qarm's rule must not refuse unless it names a refusal past the
+build (``PAST_THE_BUILD``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qarm_audit.declarations import read_declaration
+from qarm_audit.engines.arms import make_view
+from qarm_audit.engines.profile import Profile, Rule, load_profile, select
+
+DATA = Path(__file__).parent / "data"
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+ANSWERS: dict[str, list[dict[str, Any]]] = {
+    release: json.loads((DATA / f"vllm-{release}-ct-answers.json").read_text("utf-8"))["answers"]
+    for release in RELEASES
+}
+PROFILES: dict[str, Profile] = {release: load_profile(f"vllm=={release}") for release in RELEASES}
+MODULES = {
+    "dense": "model.layers.0.mlp.down_proj",
+    "experts": "model.layers.0.mlp.experts.0.gate_proj",
+}
+PAST_THE_BUILD = (
+    # the weight loader: an int-quantized W4AFP8 ships `weight`, the scheme registers
+    # `weight_packed`
+    "registers the int4 weight as weight_packed",
+)
+"""Words of the rules' reasons for a refusal that comes after the scheme is built."""
+W4A8_UNTYPED = (
+    "vLLM 0.30's _is_dynamic_token_w4a8_int tests no activation type: 4-bit integer weights "
+    "with FP8 per-token activations build CompressedTensorsW4A8Int (INT8 activations) off "
+    "sm90, which later releases do not; the rules, shared by the releases, refuse it"
+)
+
+
+def declaration(case: dict[str, Any]) -> Any:
+    group = {
+        "targets": [case["target"]],
+        "weights": case["weights"],
+        "input_activations": case["input_activations"],
+        "format": case["format"],
+    }
+    config = {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": case["config_format"],
+            "config_groups": {"group_0": group},
+        }
+    }
+    return read_declaration({"config.json": json.dumps(config)})
+
+
+def rule_for(item: dict[str, Any], profile: Profile) -> Rule | None:
+    found = declaration(item["case"])
+    view = make_view(
+        found,
+        found.schemes["group_0"],
+        routing="declared",
+        module=MODULES[item["layer"]],
+        shipped=None,
+        operands=[
+            "weight_packed" if "pack-quantized" in (item["case"]["format"] or "") else "weight"
+        ],
+    )
+    env = {key: setting.default for key, setting in profile.env.items()}
+    return select(profile, view, env, item["gpu"])
+
+
+def difference(item: dict[str, Any], profile: Profile) -> str | None:
+    answer, rule = item["answer"], rule_for(item, profile)
+    if rule is None:
+        return "no rule holds"
+    if "raises" in answer:
+        if rule.arm != "none":
+            return f"vLLM raises {answer['raises']}, the rule says {rule.arm}"
+        said = (rule.error or "").split("<", 1)[0].split("{", 1)[0]
+        message = f"{answer['raises']}: {answer['message']}"
+        return (
+            None
+            if said in message
+            else f"vLLM raises {message[:160]!r}, the rule says {rule.error!r}"
+        )
+    if rule.arm == "none" and not any(words in rule.reason for words in PAST_THE_BUILD):
+        if (
+            answer["scheme"] == "CompressedTensorsW4A8Int"
+            and item["case"]["input_activations"]["type"] == "float"
+        ):
+            return W4A8_UNTYPED
+        return f"vLLM builds {answer['scheme']}, the rule refuses: {rule.reason[:120]}"
+    return None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_qarm_refuses_where_vllm_does_and_only_there(release: str) -> None:
+    profile = PROFILES[release]
+    unexplained = sorted(
+        {
+            f"{item['layer']} {json.dumps(item['case'], sort_keys=True)} sm{item['gpu']}: {why}"
+            for item in ANSWERS[release]
+            if (why := difference(item, profile)) not in (None, W4A8_UNTYPED)
+        }
+    )
+    assert unexplained == [], "\n".join(unexplained)
+
+
+def test_the_allowed_difference_occurs_in_its_release_only() -> None:
+    found = {
+        release
+        for release in RELEASES
+        for item in ANSWERS[release]
+        if difference(item, PROFILES[release]) == W4A8_UNTYPED
+    }
+    assert found == {"0.30.0"}
