@@ -25,16 +25,14 @@ hands them the declared group's weights, input activations and format.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import contextlib
-import json
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
+import engine_source
 from compressed_tensors.quantization import (
     ActivationOrdering,
     QuantizationStrategy,
@@ -42,8 +40,6 @@ from compressed_tensors.quantization import (
 )
 from engine_source import Wheel, cases, compile_function, find, int_keyed_map, quant_args
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
 RELEASES = ("0.5.22", "0.5.23")
 """The releases whose answers are committed, as ``sglang-<release>-ct-answers.json``."""
 FORMAT = "qarm-sglang-ct-answers/1"
@@ -279,21 +275,7 @@ def derive(wheel: Wheel) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--wheel", type=Path, required=True)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = parser.parse_args(argv)
-    data = derive(Wheel(args.wheel))
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    out = DATA / f"sglang-{data['release']}-ct-answers.json"
-    if args.check:
-        if not out.is_file() or out.read_text("utf-8") != text:
-            print(f"{out} is stale", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(text, "utf-8")
-    print(f"wrote {out}")
-    return 0
+    return engine_source.main(__doc__ or "", "sglang", derive, argv)
 
 
 if __name__ == "__main__":

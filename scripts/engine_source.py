@@ -5,12 +5,19 @@ compressed-tensors is installed, without qarm."""
 
 from __future__ import annotations
 
+import argparse
 import ast
+import json
+import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from compressed_tensors.quantization import QuantizationArgs
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+"""Where the answers are committed."""
 
 
 class Wheel:
@@ -177,3 +184,24 @@ def cases() -> list[dict[str, Any]]:
     add(_float(8, "tensor"), token_float, "float-quantized")
     add(_float(8, "channel"), None, "float-quantized")
     return out
+
+
+def main(
+    doc: str, engine: str, derive: Callable[[Wheel], dict[str, Any]], argv: list[str] | None
+) -> int:
+    """Write (or, with ``--check``, compare) ``tests/data/<engine>-<release>-ct-answers.json``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
+    parser.add_argument("--wheel", type=Path, required=True)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    data = derive(Wheel(args.wheel))
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    out = DATA / f"{engine}-{data['release']}-ct-answers.json"
+    if args.check:
+        if not out.is_file() or out.read_text("utf-8") != text:
+            print(f"{out} is stale", file=sys.stderr)
+            return 1
+        return 0
+    out.write_text(text, "utf-8")
+    print(f"wrote {out}")
+    return 0

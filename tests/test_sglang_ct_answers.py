@@ -18,26 +18,16 @@ sglang-0.5.23-...whl`` in a venv holding compressed-tensors 0.18.0 (``--check`` 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qarm_audit.declarations import read_declaration
-from qarm_audit.engines.arms import make_view
-from qarm_audit.engines.profile import Profile, Rule, load_profile, select
+from ct_answers import answers, rule_for
+from qarm_audit.engines.profile import Profile, load_profile
 
-DATA = Path(__file__).parent / "data"
 RELEASES = ["0.5.22", "0.5.23"]
-ANSWERS: dict[str, list[dict[str, Any]]] = {
-    release: json.loads((DATA / f"sglang-{release}-ct-answers.json").read_text("utf-8"))["answers"]
-    for release in RELEASES
-}
+ANSWERS = {release: answers("sglang", release) for release in RELEASES}
 PROFILES: dict[str, Profile] = {release: load_profile(f"sglang=={release}") for release in RELEASES}
-MODULES = {
-    "dense": "model.layers.0.mlp.down_proj",
-    "experts": "model.layers.0.mlp.experts.0.gate_proj",
-}
 
 ARMS = {
     "CompressedTensorsWNA16TritonMoE": ("W{bits}A16-INT", "Triton WNA16 MoE"),
@@ -84,37 +74,14 @@ LINEAR_TARGET = (
 )
 
 
-def declaration(case: dict[str, Any]) -> Any:
-    group: dict[str, Any] = {
-        "targets": [case["target"]],
-        "weights": case["weights"],
-        "input_activations": case["input_activations"],
-        "format": case["format"],
-    }
-    config = {
-        "quantization_config": {
-            "quant_method": "compressed-tensors",
-            "format": case["config_format"],
-            "config_groups": {"group_0": group},
-        }
-    }
-    return read_declaration({"config.json": json.dumps(config)})
-
-
-def rule_for(item: dict[str, Any], profile: Profile) -> Rule | None:
-    found = declaration(item["case"])
-    scheme = found.schemes["group_0"]
-    module = MODULES[item["layer"]]
-    view = make_view(
-        found, scheme, routing="declared", module=module, shipped=None, operands=["weight"]
-    )
-    env = {key: setting.default for key, setting in profile.env.items()}
-    return select(profile, view, env, item["gpu"])
-
-
 def difference(item: dict[str, Any], profile: Profile) -> str | None:
     """Why qarm's rule does not give SGLang's answer; None where it does."""
-    answer, case, gpu, rule = item["answer"], item["case"], item["gpu"], rule_for(item, profile)
+    answer, case, gpu, rule = (
+        item["answer"],
+        item["case"],
+        item["gpu"],
+        rule_for(item, profile, ["weight"]),
+    )
     if rule is None:
         return "no rule holds"
     mxfp4 = case["weights"]["type"] == "float" and case["weights"]["num_bits"] == 4

@@ -15,26 +15,16 @@ build (``PAST_THE_BUILD``).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qarm_audit.declarations import read_declaration
-from qarm_audit.engines.arms import make_view
-from qarm_audit.engines.profile import Profile, Rule, load_profile, select
+from ct_answers import answers, rule_for
+from qarm_audit.engines.profile import Profile, load_profile
 
-DATA = Path(__file__).parent / "data"
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
-ANSWERS: dict[str, list[dict[str, Any]]] = {
-    release: json.loads((DATA / f"vllm-{release}-ct-answers.json").read_text("utf-8"))["answers"]
-    for release in RELEASES
-}
+ANSWERS = {release: answers("vllm", release) for release in RELEASES}
 PROFILES: dict[str, Profile] = {release: load_profile(f"vllm=={release}") for release in RELEASES}
-MODULES = {
-    "dense": "model.layers.0.mlp.down_proj",
-    "experts": "model.layers.0.mlp.experts.0.gate_proj",
-}
 PAST_THE_BUILD = (
     # the weight loader: an int-quantized W4AFP8 ships `weight`, the scheme registers
     # `weight_packed`
@@ -48,41 +38,15 @@ W4A8_UNTYPED = (
 )
 
 
-def declaration(case: dict[str, Any]) -> Any:
-    group = {
-        "targets": [case["target"]],
-        "weights": case["weights"],
-        "input_activations": case["input_activations"],
-        "format": case["format"],
-    }
-    config = {
-        "quantization_config": {
-            "quant_method": "compressed-tensors",
-            "format": case["config_format"],
-            "config_groups": {"group_0": group},
-        }
-    }
-    return read_declaration({"config.json": json.dumps(config)})
-
-
-def rule_for(item: dict[str, Any], profile: Profile) -> Rule | None:
-    found = declaration(item["case"])
-    view = make_view(
-        found,
-        found.schemes["group_0"],
-        routing="declared",
-        module=MODULES[item["layer"]],
-        shipped=None,
-        operands=[
-            "weight_packed" if "pack-quantized" in (item["case"]["format"] or "") else "weight"
-        ],
-    )
-    env = {key: setting.default for key, setting in profile.env.items()}
-    return select(profile, view, env, item["gpu"])
-
-
 def difference(item: dict[str, Any], profile: Profile) -> str | None:
-    answer, rule = item["answer"], rule_for(item, profile)
+    answer, rule = (
+        item["answer"],
+        rule_for(
+            item,
+            profile,
+            ["weight_packed" if "pack-quantized" in (item["case"]["format"] or "") else "weight"],
+        ),
+    )
     if rule is None:
         return "no rule holds"
     if "raises" in answer:
