@@ -71,7 +71,7 @@ from ..resolve import resolve
 from ..resolve.producer import disagreements, producer_cannot_compile, producer_view
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
 from ..runtime import collector_paused, held
-from ..sources import Checkpoint, open_source
+from ..sources import Checkpoint, open_source, run_settled
 from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
 from ..sources.unread import (
@@ -198,18 +198,23 @@ def audit_in_parts(
         checkpoint = (
             source
             if isinstance(source, Checkpoint)
-            else open_source(source, require_pinned=require_pinned, observer=observer)
+            else open_source(
+                source, require_pinned=require_pinned, observer=observer, prove_aside=True
+            )
         )
-        return _audit(
+        return run_settled(
             checkpoint,
-            profile,
-            info,
-            capability,
-            probe_scalars,
-            routing,
-            machine,
-            declaration,
-            modules,
+            lambda read: _audit(
+                read,
+                profile,
+                info,
+                capability,
+                probe_scalars,
+                routing,
+                machine,
+                declaration,
+                modules,
+            ),
         )
 
 

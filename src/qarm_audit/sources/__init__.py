@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import FetchError, SourceSpecError, UsageError
 from ..runtime import collector_paused
-from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry
+from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry, run_settled, settled
 from .local import LocalBytes, read_folder, read_local_shard, read_text
 from .manifest import is_manifest_text, read_manifest, render_manifest, write_manifest
 
@@ -23,6 +23,8 @@ __all__ = [
     "open_source",
     "parse_hub_spec",
     "render_manifest",
+    "run_settled",
+    "settled",
     "write_manifest",
 ]
 
@@ -71,17 +73,25 @@ def _parse_hub_uri(spec: str) -> tuple[str, str | None]:
 
 
 def open_source(
-    spec: str, *, require_pinned: bool = False, observer: HubObserver | None = None
+    spec: str,
+    *,
+    require_pinned: bool = False,
+    observer: HubObserver | None = None,
+    prove_aside: bool = False,
 ) -> Checkpoint:
     """Read a local folder, a cache snapshot, a manifest, a lone file, or a Hub ``repo@rev``.
 
     ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub/``.
+    ``prove_aside``: a folder's index is proven while the caller goes on; the caller then
+    settles the checkpoint (:func:`settled`) before it trusts what it made of it.
     """
     with collector_paused():
-        return _open(spec, require_pinned, observer)
+        return _open(spec, require_pinned, observer, prove_aside)
 
 
-def _open(spec: str, require_pinned: bool, observer: HubObserver | None) -> Checkpoint:
+def _open(
+    spec: str, require_pinned: bool, observer: HubObserver | None, prove_aside: bool
+) -> Checkpoint:
     path = Path(spec)
     try:
         is_dir, is_file = path.is_dir(), path.is_file()
@@ -90,7 +100,7 @@ def _open(spec: str, require_pinned: bool, observer: HubObserver | None) -> Chec
     except ValueError as exc:  # a NUL in the name
         raise SourceSpecError(spec, f"is not a path: {exc}") from None
     if is_dir:
-        return read_folder(path, spec)
+        return read_folder(path, spec, prove_aside=prove_aside)
     if is_file:
         return _read_file(path, spec)
     hub = parse_hub_spec(spec)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from operator import itemgetter
+from typing import Any, NamedTuple, TypeVar
 
 DECLARATION_FILES = ("config.json", "hf_quant_config.json", "quantization_config.json")
 """Documents that can declare a quantization, read verbatim when present."""
@@ -31,7 +32,7 @@ class TensorEntry(NamedTuple):
 
 @dataclass(frozen=True)
 class ShardIndex:
-    weight_map: dict[str, str]
+    weight_map: Mapping[str, str]
     total_size: int | None
     from_headers: bool = False
     """``weight_map`` is proven to be every header name -> its shard (see
@@ -40,7 +41,43 @@ class ShardIndex:
     @cached_property
     def shard_files(self) -> list[str]:
         """Shard names in first-mention order, each once."""
+        if isinstance(self.weight_map, HeaderOwners):
+            return [shard.file for shard in self.weight_map.shards]
         return list(dict.fromkeys(self.weight_map.values()))
+
+
+def header_owners(shards: Iterable[ShardHeader]) -> dict[str, str]:
+    """Every header name -> the shard whose header lists it (the last one, for a duplicate)."""
+    owner: dict[str, str] = {}
+    for shard in shards:
+        owner.update(dict.fromkeys(map(_NAME, shard.tensors), shard.file))
+    return owner
+
+
+_NAME = itemgetter(0)
+
+
+class HeaderOwners(Mapping[str, str]):
+    """:func:`header_owners` of shards whose names are proven distinct (an index proven
+    against their headers), built on first lookup: its size and its shards' order are known
+    without building a million-entry mapping, and an audit needs no more of it."""
+
+    def __init__(self, shards: Sequence[ShardHeader]) -> None:
+        self.shards = tuple(shard for shard in shards if shard.tensors)
+        self._size = sum(len(shard.tensors) for shard in self.shards)
+
+    @cached_property
+    def _owner(self) -> dict[str, str]:
+        return header_owners(self.shards)
+
+    def __getitem__(self, name: str) -> str:
+        return self._owner[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._owner)
+
+    def __len__(self) -> int:
+        return self._size
 
 
 @dataclass(frozen=True)
@@ -112,8 +149,49 @@ class Checkpoint:
     parsed_index: ShardIndex | None = field(default=None, compare=False, repr=False)
     """``index_text`` as the source already parsed it (to find the shards), kept so the
     integrity check does not parse a million names again."""
+    pending: PendingProof | None = field(default=None, compare=False, repr=False)
+    """Where the index's proof against the headers still runs aside (a folder read for an
+    audit): this checkpoint is the one read when it holds; see :func:`settled`."""
 
     @property
     def has_weights(self) -> bool:
         """False for a lone declaration audit: nothing shipped to cross-check."""
         return bool(self.shards)
+
+
+@dataclass(frozen=True)
+class PendingProof:
+    """An index proof running aside (``sources/aside.py``): ``holds()`` waits for its answer,
+    ``otherwise()`` reads the checkpoint as a source does where the proof fails."""
+
+    holds: Callable[[], bool]
+    otherwise: Callable[[], Checkpoint]
+
+
+def settled(checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint its source reads: ``checkpoint`` itself, unless its index proof, still
+    pending, fails; then the one read without the proof (which may raise, as reading would)."""
+    pending = checkpoint.pending
+    if pending is None or pending.holds():
+        return checkpoint
+    return pending.otherwise()
+
+
+_T = TypeVar("_T")
+
+
+def run_settled(checkpoint: Checkpoint, run: Callable[[Checkpoint], _T]) -> _T:
+    """``run(checkpoint)`` while its index proof may still run aside: its answer, or its
+    error, where the proof holds; else ``run`` of the checkpoint read without the proof.
+    Either way what reading first and running after gives, only sooner."""
+    failure: Exception | None = None
+    try:
+        answer = run(checkpoint)
+    except Exception as exc:  # the run's error stands only if the checkpoint does
+        failure = exc
+    read = settled(checkpoint)
+    if read is not checkpoint:
+        return run(read)
+    if failure is not None:
+        raise failure
+    return answer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -11,7 +11,14 @@ import msgspec
 import orjson
 
 from ..errors import HeaderError, ShardIndexError
-from .checkpoint import INDEX_FILE, Checkpoint, DerivedIndex, ShardHeader, ShardIndex
+from .checkpoint import (
+    INDEX_FILE,
+    Checkpoint,
+    DerivedIndex,
+    ShardHeader,
+    ShardIndex,
+    header_owners,
+)
 from .header import loads_strict
 
 
@@ -84,6 +91,22 @@ def index_of_headers(
     names are neither parsed again nor looked up. orjson writes the text to compare (its
     sorted keys are in code point order, as Python's are); the keys before ``weight_map``
     (``metadata``) are parsed by the strict parser from the text's head."""
+    head = index_head(raw, shards)
+    if head is None:
+        return None
+    rest, named = head
+    weight_map = written_index(raw, rest, named)
+    if weight_map is None:
+        return None
+    return proven_index(raw, rest, named, weight_map)
+
+
+def index_head(
+    raw: bytes, shards: Sequence[ShardHeader]
+) -> tuple[dict[str, Any], list[ShardHeader]] | None:
+    """What :func:`index_of_headers` reads before it compares: the keys before ``weight_map``
+    and the shards with tensors, in the index's order; None where the text cannot be the one
+    ``transformers`` writes for them."""
     cut = raw.find(b'\n  "weight_map": {')
     if cut < 0:
         return None
@@ -98,6 +121,14 @@ def index_of_headers(
         return None
     # first mention in the sorted text: the shards by their least name
     named.sort(key=lambda shard: min(map(_NAME, shard.tensors)))
+    return rest, named
+
+
+def written_index(
+    raw: bytes, rest: dict[str, Any], named: Sequence[ShardHeader]
+) -> dict[str, str] | None:
+    """Every header name -> its shard, when ``raw`` is exactly the index ``transformers``
+    writes with it after ``rest`` (see :func:`index_of_headers`); else None."""
     weight_map = header_owners(named)
     if len(weight_map) != sum(len(shard.tensors) for shard in named):
         return None  # a name in two shards: the integrity check names it
@@ -109,13 +140,23 @@ def index_of_headers(
         return None
     if not (raw.startswith(written) and raw[len(written) :] in (b"", b"\n")):
         return None
-    index = _index(rest, weight_map, INDEX_FILE)
-    derived = (
-        DerivedIndex(rest=rest, tail=raw[len(written) :].decode())
-        if _dumps_writes_the_same(raw, rest)
-        else None
-    )
-    return ShardIndex(index.weight_map, index.total_size, from_headers=True), named, derived
+    return weight_map
+
+
+def proven_index(
+    raw: bytes, rest: dict[str, Any], named: Sequence[ShardHeader], weight_map: Mapping[str, str]
+) -> tuple[ShardIndex, list[ShardHeader], DerivedIndex | None]:
+    """:func:`index_of_headers`' answer for an index :func:`written_index` proves: the shard
+    names checked, ``metadata.total_size`` read. ``weight_map`` is that proof's mapping, or a
+    :class:`HeaderOwners` of ``named`` that stands for it."""
+    files = [shard.file for shard in named]
+    index = _index(rest, weight_map, INDEX_FILE, files)
+    tail = "\n" if raw.endswith(b"\n") else ""  # the proof allows this one, or none
+    derived = DerivedIndex(rest=rest, tail=tail) if _dumps_writes_the_same(raw, rest) else None
+    return ShardIndex(index.weight_map, index.total_size, from_headers=True), list(named), derived
+
+
+_NAME = itemgetter(0)
 
 
 def _dumps_writes_the_same(raw: bytes, rest: dict[str, Any]) -> bool:
@@ -137,8 +178,16 @@ def _holds_float(value: Any) -> bool:
     return False
 
 
-def _index(document: dict[str, Any], weight_map: dict[str, str], where: str) -> ShardIndex:
-    for shard in dict.fromkeys(weight_map.values()):
+def _index(
+    document: dict[str, Any],
+    weight_map: Mapping[str, str],
+    where: str,
+    shard_files: Iterable[str] | None = None,
+) -> ShardIndex:
+    """``shard_files``: the shards ``weight_map`` names, in first-mention order, where they are
+    known without a pass over it."""
+    files = dict.fromkeys(weight_map.values()) if shard_files is None else shard_files
+    for shard in files:
         check_shard_name(shard, where)
     total_size: int | None = None
     metadata = document.get("metadata")
@@ -175,17 +224,6 @@ def render_derived(derived: DerivedIndex, weight_map: dict[str, str]) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + derived.tail
 
 
-_NAME = itemgetter(0)
-
-
-def header_owners(shards: Iterable[ShardHeader]) -> dict[str, str]:
-    """Every header name -> the shard whose header lists it (the last one, for a duplicate)."""
-    owner: dict[str, str] = {}
-    for shard in shards:
-        owner.update(dict.fromkeys(map(_NAME, shard.tensors), shard.file))
-    return owner
-
-
 def derive_index(checkpoint: Checkpoint) -> DerivedIndex | None:
     """The checkpoint's index as a :class:`DerivedIndex`, when its text is exactly the one
     ``transformers`` writes for these headers; None otherwise (the text is then kept)."""
@@ -218,7 +256,7 @@ def index_text_of(checkpoint: Checkpoint) -> str | None:
     return checkpoint.index_text
 
 
-def load_index(checkpoint: Checkpoint, owner: dict[str, str]) -> ShardIndex | None:
+def load_index(checkpoint: Checkpoint, owner: Mapping[str, str]) -> ShardIndex | None:
     """The checkpoint's index, parsed once; ``owner`` is :func:`header_owners` of its shards."""
     if checkpoint.parsed_index is not None:
         return checkpoint.parsed_index

@@ -6,13 +6,14 @@ not a content hash, and the report says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from operator import itemgetter
 
 from ..errors import IntegrityError, ShardIndexError
 from ..findings import Finding, finding
 from ..report.model import IntegrityInfo, ShardCheck
-from .checkpoint import INDEX_FILE, Checkpoint
-from .index import header_owners, load_index
+from .checkpoint import INDEX_FILE, Checkpoint, header_owners
+from .index import load_index
 
 VERIFICATION = (
     "semantic: every header parsed; data_offsets contiguous from 0 with no overlap or hole; "
@@ -26,7 +27,7 @@ def _names(items: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _agrees(weight_map: dict[str, str], checkpoint: Checkpoint) -> bool:
+def _agrees(weight_map: Mapping[str, str], checkpoint: Checkpoint) -> bool:
     """Whether ``weight_map`` is exactly every header name -> its shard: as many names as the
     headers hold, each header's names all mapped to that header's shard (so no name is in two
     shards either). Looked up in C, without a second million-entry mapping."""

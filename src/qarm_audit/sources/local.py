@@ -7,22 +7,26 @@ Only the declaration documents, the index and the 8-byte prefix and header of ea
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FetchError, QarmError, ShardIndexError, SourceSpecError
+from .aside import Aside
 from .checkpoint import (
     DECLARATION_FILES,
     INDEX_FILE,
     SINGLE_FILE,
     Checkpoint,
     DerivedIndex,
+    HeaderOwners,
     Origin,
+    PendingProof,
     ShardHeader,
     ShardIndex,
 )
 from .header import HEADER_CAP, length_prefix, parse_header
-from .index import index_of_headers, parse_index
+from .index import index_head, index_of_headers, parse_index, proven_index, written_index
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
@@ -132,8 +136,12 @@ def _present(path: Path, where: str) -> bool:
     return False
 
 
-def read_folder(root: Path, location: str) -> Checkpoint:
-    """Read a checkpoint folder (single file, sharded with an index, or a cache snapshot)."""
+def read_folder(root: Path, location: str, *, prove_aside: bool = False) -> Checkpoint:
+    """Read a checkpoint folder (single file, sharded with an index, or a cache snapshot).
+
+    ``prove_aside``: prove the index against the headers in a forked child while the caller
+    goes on (``aside.py``); the checkpoint returned is the one read when the proof holds, and
+    carries it as ``pending`` for the caller to settle (:func:`~.checkpoint.settled`)."""
     if not root.is_dir():
         raise SourceSpecError(location, "not a directory")
     cache = _cache_repo(root)
@@ -148,22 +156,23 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         candidate = root / name
         if _present(candidate, name):
             documents[name] = read_text(_contained(candidate, allowed, name), name)
-    index_text: str | None = None
-    index: ShardIndex | None = None
-    read: dict[str, ShardHeader] = {}
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
         raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
         read = _listed_shards(root, allowed)
+
+        def unproven() -> Checkpoint:
+            return _by_index(origin, documents, raw, read, root, allowed, location)
+
+        if prove_aside:
+            optimistic = _proof_aside(origin, documents, raw, read, root, allowed, unproven)
+            if optimistic is not None:
+                return optimistic
         proven = index_of_headers(raw, list(read.values()))
         if proven is not None:
-            index, named, derived = proven
-            text = None if derived is not None else _decode(raw, INDEX_FILE)
-            return _checkpoint(origin, documents, text, named, root, allowed, index, derived)
-        index_text = _decode(raw, INDEX_FILE)
-        index = parse_index(index_text)
-        shard_files = index.shard_files
-    elif _present(root / SINGLE_FILE, SINGLE_FILE):
+            return _proven(origin, documents, raw, proven, root, allowed)
+        return unproven()
+    if _present(root / SINGLE_FILE, SINGLE_FILE):
         shard_files = [SINGLE_FILE]
     else:
         try:
@@ -171,16 +180,83 @@ def read_folder(root: Path, location: str) -> Checkpoint:
         except OSError as exc:
             raise FetchError(location, f"cannot list the folder: {exc.strerror or exc}") from None
         shard_files = [name for name in found if _present(root / name, name)]
+    shards = _shards(root, allowed, location, shard_files, {})
+    if not documents and not shards:
+        raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
+    return _checkpoint(origin, documents, None, shards, root, allowed, None)
+
+
+def _proven(
+    origin: Origin,
+    documents: dict[str, str],
+    raw: bytes,
+    proven: tuple[ShardIndex, list[ShardHeader], DerivedIndex | None],
+    root: Path,
+    allowed: Path,
+) -> Checkpoint:
+    index, named, derived = proven
+    text = None if derived is not None else _decode(raw, INDEX_FILE)
+    return _checkpoint(origin, documents, text, named, root, allowed, index, derived)
+
+
+def _proof_aside(
+    origin: Origin,
+    documents: dict[str, str],
+    raw: bytes,
+    read: dict[str, ShardHeader],
+    root: Path,
+    allowed: Path,
+    unproven: Callable[[], Checkpoint],
+) -> Checkpoint | None:
+    """The checkpoint as read when the index proof holds, the proof started aside; None where
+    the index cannot be the one proven (it is then parsed, as without ``prove_aside``)."""
+    head = index_head(raw, list(read.values()))
+    if head is None:
+        return None
+    rest, named = head
+    proof = Aside(lambda: written_index(raw, rest, named) is not None)
+    pending = PendingProof(holds=proof.answer, otherwise=unproven)
+    try:
+        proven = proven_index(raw, rest, named, HeaderOwners(named))
+        checkpoint = _proven(origin, documents, raw, proven, root, allowed)
+    except QarmError:
+        if proof.answer():
+            raise  # what reading without the proof aside raises too
+        return unproven()
+    return replace(checkpoint, pending=pending)
+
+
+def _by_index(
+    origin: Origin,
+    documents: dict[str, str],
+    raw: bytes,
+    read: dict[str, ShardHeader],
+    root: Path,
+    allowed: Path,
+    location: str,
+) -> Checkpoint:
+    """The checkpoint of an index not proven against the headers: parsed and checked by name,
+    its shards in its order."""
+    index_text = _decode(raw, INDEX_FILE)
+    index = parse_index(index_text)
+    shards = _shards(root, allowed, location, index.shard_files, read)
+    if not documents and not shards:
+        raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
+    return _checkpoint(origin, documents, index_text, shards, root, allowed, index)
+
+
+def _shards(
+    root: Path, allowed: Path, location: str, files: list[str], read: dict[str, ShardHeader]
+) -> list[ShardHeader]:
+    """The header of each of ``files``, in order (taken from ``read`` where it is there)."""
     shards = []
-    for file in shard_files:
+    for file in files:
         path = root / file
         if not _present(path, file):
             raise ShardIndexError(INDEX_FILE, f"names shard {file!r}, which is not in {location}")
         real = _contained(path, allowed, file)
         shards.append(read[file] if file in read else read_local_shard(real, file))
-    if not documents and not shards:
-        raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
-    return _checkpoint(origin, documents, index_text, shards, root, allowed, index)
+    return shards
 
 
 def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:

@@ -1,0 +1,150 @@
+"""A folder's index proven aside, in a forked child, while the audit goes on: the report and
+every error are what reading first and auditing after give, whichever way the proof ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import write_safetensors
+from qarm_audit import audit
+from qarm_audit.errors import QarmError
+from qarm_audit.report.render_json import render_json
+from qarm_audit.sources import open_source, settled
+from qarm_audit.sources.aside import Aside
+from test_index_of_headers import DISAGREEING, FIRST, INDEX, SECOND, TWO, folder
+
+FORKED = """
+import os, signal, sys
+from qarm_audit.errors import QarmError
+from qarm_audit.sources.aside import Aside, can_fork
+
+assert can_fork(), "one thread, on Linux"
+parent = os.getpid()
+asked = []
+
+def answering(answer):
+    def check():
+        asked.append(os.getpid())  # seen here only where the check ran here
+        return answer
+    return check
+
+for answer in (True, False):
+    aside = Aside(answering(answer))
+    assert aside.forked
+    assert aside.answer() is answer and aside.answer() is answer
+assert asked == [], "answered by the child"
+
+def dying():
+    if os.getpid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+assert Aside(dying).answer() is True
+
+def failing():
+    raise QarmError("x", "the check's own failure")
+
+try:
+    Aside(failing).answer()
+except QarmError as exc:
+    assert "the check's own failure" in str(exc)
+else:
+    raise AssertionError("a failing check failed nowhere")
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
+def test_the_answer_comes_from_a_forked_child_or_is_found_here() -> None:
+    """In a process of its own, where this is the only thread (a test process may have others,
+    and then no child is forked): answered by the child; a child that dies or fails leaves the
+    check to run here, with its own answer or error."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
+def test_without_a_fork_the_check_runs_here_once() -> None:
+    asked: list[int] = []
+    aside = Aside(lambda: asked.append(1) is None, fork=False)
+    assert not aside.forked
+    assert aside.answer() and aside.answer()
+    assert asked == [1]
+
+
+def test_a_proven_index_gives_the_checkpoint_read_without_the_proof_aside(tmp_path: Path) -> None:
+    root = folder(tmp_path, TWO)
+    optimistic = open_source(str(root), prove_aside=True)
+    plain = open_source(str(root))
+    assert optimistic.pending is not None and plain.pending is None
+    assert settled(optimistic) is optimistic
+    assert optimistic == plain
+    assert optimistic.parsed_index is not None and plain.parsed_index is not None
+    assert optimistic.parsed_index.from_headers
+    assert dict(optimistic.parsed_index.weight_map) == plain.parsed_index.weight_map
+    assert optimistic.parsed_index.shard_files == plain.parsed_index.shard_files
+    assert len(optimistic.parsed_index.weight_map) == len(plain.parsed_index.weight_map)
+
+
+@pytest.mark.parametrize(
+    ("case", "weight_map", "code"), DISAGREEING, ids=[c[0] for c in DISAGREEING]
+)
+def test_an_index_the_proof_fails_gives_the_checkpoint_and_report_read_without_it(
+    tmp_path: Path, case: str, weight_map: dict[str, str], code: str
+) -> None:
+    root = folder(tmp_path, TWO, weight_map)
+    optimistic = open_source(str(root), prove_aside=True)
+    plain = open_source(str(root))
+    read = settled(optimistic)
+    assert read is not optimistic and read == plain
+    assert read.parsed_index is not None and not read.parsed_index.from_headers
+    # the audit that ran on the optimistic checkpoint is run again on the one read
+    assert render_json(audit(str(root))) == render_json(audit(plain))
+    assert code in [r.code for r in audit(str(root)).refusals]
+
+
+def test_an_index_that_does_not_parse_stops_the_audit_as_reading_it_does(tmp_path: Path) -> None:
+    """The index's error comes first, before the declaration's, as when the index is read
+    before the audit starts."""
+    root = folder(tmp_path, TWO)
+    text = (root / INDEX).read_text()
+    line = f'    "b.weight": "{SECOND}",\n'
+    (root / INDEX).write_text(text.replace(line, line + line))
+    (root / "hf_quant_config.json").write_text(json.dumps({"quantization": "not an object"}))
+    with pytest.raises(QarmError) as reading:
+        open_source(str(root))
+    with pytest.raises(QarmError) as auditing:
+        audit(str(root))
+    assert "duplicate" in str(reading.value)
+    assert type(auditing.value) is type(reading.value)
+    assert str(auditing.value) == str(reading.value)
+
+
+def test_the_audits_own_error_stands_where_the_proof_holds(tmp_path: Path) -> None:
+    root = folder(tmp_path, TWO)
+    (root / "hf_quant_config.json").write_text(json.dumps({"quantization": "not an object"}))
+    plain = open_source(str(root))
+    with pytest.raises(QarmError) as sequential:
+        audit(plain)
+    with pytest.raises(QarmError) as aside:
+        audit(str(root))
+    assert type(aside.value) is type(sequential.value)
+    assert str(aside.value) == str(sequential.value)
+
+
+def test_a_shard_only_the_optimistic_reading_names_is_left_to_the_index(tmp_path: Path) -> None:
+    """A file beside the shards whose name no index may hold: the optimistic checkpoint, which
+    would name it, fails; the proof fails too, and the checkpoint is the index's."""
+    root = folder(tmp_path, TWO)
+    write_safetensors(root / "odd\\name.safetensors", {"z.weight": ("F32", (2,))})
+    checkpoint = open_source(str(root), prove_aside=True)
+    assert checkpoint == open_source(str(root))
+    assert [shard.file for shard in checkpoint.shards] == [FIRST, SECOND]
+    assert audit(str(root)).totals.tensors == 3
