@@ -304,6 +304,17 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
     ("header-duplicate-key-proof", "sources/header.py",
      '    if written != colons and written != colons + "".join(document).count(":"):',
      "    if False:"),
+    ("vllm-030-w4a8-int-fp8-humming-asserts", "engines/profiles/vllm.toml",
+     'operands_absent = ["weight_packed"]\narm = "none"\nreason = "vLLM 0.30\'s',
+     'operands_absent = ["weight_packed"]\narm = "none"\nmodule_contains = ["zzz"]\n'
+     'reason = "vLLM 0.30\'s'),
+    ("vllm-030-w4a8-int-fp8-packed-loader-fails", "engines/profiles/vllm.toml",
+     'operands_present = ["weight_packed"]\narm = "none"\nreason = "vLLM 0.30\'s',
+     'operands_present = ["weight_packed"]\narm = "none"\nmodule_contains = ["zzz"]\n'
+     'reason = "vLLM 0.30\'s'),
+    ("vllm-030-fact-w4a8-int-any-activation-type", "engines/releases/vllm-0.30.0.json",
+     '"w4a8_int_any_activation_type": true',
+     '"w4a8_int_any_activation_type": false'),
     ("index-aside-settled-before-the-report", "sources/checkpoint.py",
      "    read = settled(checkpoint)\n",
      "    read = checkpoint\n"),

@@ -29,6 +29,8 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     passes an ``input_schema``: W4A4 checkpoints keep NVFP4 activations where Humming can run
     them), ``humming_mxfp8_input_schema`` (the same of ``HummingMxfp8LinearKernel``),
     ``b12x_nvfp4_w4a16`` (``init_nvfp4_linear_kernel``'s weight-only kernels include B12X's),
+    ``w4a8_int_any_activation_type`` (compressed-tensors' ``_is_dynamic_token_w4a8_int`` reads
+    no ``input_quant.type``: FP8 activations build ``CompressedTensorsW4A8Int`` too),
     ``linear_backends`` and ``moe_backends`` (the ``LinearBackend`` and ``MoEBackend``
     literals of ``config/kernel.py``); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
@@ -264,9 +266,28 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "humming_nvfp4_input_schema": schema_passed("nvfp4/humming.py"),
         "humming_mxfp8_input_schema": schema_passed("mxfp8/humming.py"),
         "b12x_nvfp4_w4a16": "B12xNvFp4W4A16LinearKernel" in a16,
+        "w4a8_int_any_activation_type": _w4a8_int_any_activation_type(wheel),
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
         "moe_backends": list(moe) if isinstance(moe, tuple) else [],
     }
+
+
+def _w4a8_int_any_activation_type(wheel: Wheel) -> bool:
+    """Whether compressed-tensors' ``_is_dynamic_token_w4a8_int`` looks at no ``type`` of
+    the activations: float (FP8) activations then build ``CompressedTensorsW4A8Int`` too."""
+    path = "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py"
+    text = wheel.read(path) or ""
+    tree = ast.parse(text)
+    function = next((n for n in ast.walk(tree) if _named(n, "_is_dynamic_token_w4a8_int")), None)
+    if function is None:
+        return False
+    return not any(
+        isinstance(node, ast.Attribute)
+        and node.attr == "type"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "input_quant"
+        for node in ast.walk(function)
+    )
 
 
 def _mla_model_types(wheel: Wheel) -> list[str]:

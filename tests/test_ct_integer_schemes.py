@@ -6,7 +6,11 @@ vllm-project/vllm vllm/model_executor/layers/quantization/compressed_tensors/com
 float activations (4-bit group weights, dynamic per-token activations, compute capability 90
 exactly), giving ``CompressedTensorsW4A8Fp8``, whose weight parameter is ``weight_packed``
 (``schemes/compressed_tensors_w4a8_fp8.py``); on any other GPU, or for any other such scheme,
-it raises "No compressed-tensors compatible scheme was found". llm-compressor 0.14 saves
+it raises "No compressed-tensors compatible scheme was found" (0.30, whose
+``_is_dynamic_token_w4a8_int`` tests no activation type, builds ``CompressedTensorsW4A8Int``
+for the dynamic per-token ones instead: its int8 weight, one int4 value per int8, fails
+Humming's layout check after the load, or a pack-quantized weight the loader's shape check).
+llm-compressor 0.14 saves
 W4AFP8 int-quantized, one int4 value per int8 ``weight`` (fixtures/producers/
 llmcompressor-w4afp8), which no parameter of that scheme takes: the weight loader raises.
 Integer weight-only goes to CompressedTensorsWNA16 only where the format is pack-quantized; in
@@ -71,12 +75,17 @@ def test_llm_compressors_w4afp8_loads_nowhere(engine: str) -> None:
     assert "There is no module or parameter named '<layer>.weight'" in (
         on_hopper.refusals[0].message
     )
+    # 0.30 builds CompressedTensorsW4A8Int for these (its _is_dynamic_token_w4a8_int tests no
+    # activation type), whose int8 weight Humming, the one kernel for signed int4, refuses
+    words = (
+        "weight shape mismatched"
+        if engine == "vllm==0.30.0"
+        else "No compressed-tensors compatible scheme was found"
+    )
     for gpu in ("sm80", "sm89", "sm100", "sm120"):
         elsewhere = audit(str(W4AFP8), engine=engine, gpu=gpu)
         assert arm_and_codes(elsewhere) == (["none"], ["no-arm"]), gpu
-        assert "No compressed-tensors compatible scheme was found" in (
-            elsewhere.refusals[0].message
-        )
+        assert words in elsewhere.refusals[0].message, gpu
 
 
 def test_packed_w4afp8_runs_on_sm90_only(tmp_path: Path) -> None:
@@ -85,6 +94,9 @@ def test_packed_w4afp8_runs_on_sm90_only(tmp_path: Path) -> None:
     assert hopper.verdict == "clean", [*hopper.refusals, *hopper.warnings]
     assert arm_and_codes(hopper) == (["W4A8-INT"], [])
     assert arm_and_codes(audit(str(folder), engine="vllm", gpu="sm100")) == (["none"], ["no-arm"])
+    in_0_30 = audit(str(folder), engine="vllm==0.30.0", gpu="sm100")
+    assert arm_and_codes(in_0_30) == (["none"], ["no-arm"])
+    assert "the weight loader's shape assertion fails" in in_0_30.refusals[0].message
 
 
 def test_static_fp8_activations_have_no_scheme_even_on_sm90(tmp_path: Path) -> None:
