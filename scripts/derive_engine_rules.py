@@ -29,8 +29,9 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     passes an ``input_schema``: W4A4 checkpoints keep NVFP4 activations where Humming can run
     them), ``humming_mxfp8_input_schema`` (the same of ``HummingMxfp8LinearKernel``),
     ``b12x_nvfp4_w4a16`` (``init_nvfp4_linear_kernel``'s weight-only kernels include B12X's),
-    ``w4a8_int_any_activation_type`` (compressed-tensors' ``_is_dynamic_token_w4a8_int`` reads
-    no ``input_quant.type``: FP8 activations build ``CompressedTensorsW4A8Int`` too),
+    ``w4a8_fp8_activations`` and ``w4a8_int_activations`` (the 8-bit dynamic per-token
+    activations compressed-tensors' ``_is_fp8_w4a8`` and ``_is_dynamic_token_w4a8_int`` take:
+    of their own type, or of either where they test none, as 0.30's do),
     ``linear_backends`` and ``moe_backends`` (the ``LinearBackend`` and ``MoEBackend``
     literals of ``config/kernel.py``); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
@@ -266,28 +267,29 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "humming_nvfp4_input_schema": schema_passed("nvfp4/humming.py"),
         "humming_mxfp8_input_schema": schema_passed("mxfp8/humming.py"),
         "b12x_nvfp4_w4a16": "B12xNvFp4W4A16LinearKernel" in a16,
-        "w4a8_int_any_activation_type": _w4a8_int_any_activation_type(wheel),
+        "w4a8_fp8_activations": _w4a8_activations(wheel, "_is_fp8_w4a8", "float"),
+        "w4a8_int_activations": _w4a8_activations(wheel, "_is_dynamic_token_w4a8_int", "int"),
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
         "moe_backends": list(moe) if isinstance(moe, tuple) else [],
     }
 
 
-def _w4a8_int_any_activation_type(wheel: Wheel) -> bool:
-    """Whether compressed-tensors' ``_is_dynamic_token_w4a8_int`` looks at no ``type`` of
-    the activations: float (FP8) activations then build ``CompressedTensorsW4A8Int`` too."""
+def _w4a8_activations(wheel: Wheel, predicate: str, typed: str) -> list[str]:
+    """The 8-bit dynamic per-token activations compressed-tensors' ``predicate``
+    (``_is_fp8_w4a8``, ``_is_dynamic_token_w4a8_int``) takes: those of ``typed`` (``float`` or
+    ``int``) alone where it tests ``input_quant.type``, either where it tests none."""
     path = "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py"
-    text = wheel.read(path) or ""
-    tree = ast.parse(text)
-    function = next((n for n in ast.walk(tree) if _named(n, "_is_dynamic_token_w4a8_int")), None)
-    if function is None:
-        return False
-    return not any(
+    tree = ast.parse(wheel.read(path) or "")
+    function = next((n for n in ast.walk(tree) if _named(n, predicate)), None)
+    tests_type = function is not None and any(
         isinstance(node, ast.Attribute)
         and node.attr == "type"
         and isinstance(node.value, ast.Name)
         and node.value.id == "input_quant"
         for node in ast.walk(function)
     )
+    other = "int" if typed == "float" else "float"
+    return [f"{typed} dynamic token"] + ([] if tests_type else [f"{other} dynamic token"])
 
 
 def _mla_model_types(wheel: Wheel) -> list[str]:

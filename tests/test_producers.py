@@ -37,6 +37,7 @@ NO_ARM_IN_NAME_PROBE = {
     "llmcompressor-mxfp8",
     "llmcompressor-w4a16",
     "llmcompressor-w4afp8",
+    "llmcompressor-w4a8-int",
     "llmcompressor-w8a16",
     "llmcompressor-w4a16-asym",
     "llmcompressor-quip-w4a16",
