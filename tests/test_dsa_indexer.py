@@ -85,7 +85,10 @@ def test_vllm_dequantizes_deepseek_v32s_fp8_indexer_wk(tmp_path: Path, engine: s
 
 @pytest.mark.parametrize("engine", SGLANG)
 def test_sglang_builds_the_indexer_weights_proj_in_bfloat16(tmp_path: Path, engine: str) -> None:
-    assert codes(audit(str(deepseek_v32(tmp_path / "v32")), engine=engine, gpu="sm100")) == []
+    # the routed experts' FP8 method is not modelled: a warning, nothing about the indexer
+    v32 = audit(str(deepseek_v32(tmp_path / "v32")), engine=engine, gpu="sm100")
+    assert codes(v32) == ["arm-unknown"]
+    assert "native FP8 routed experts (Fp8MoEMethod) are not modelled" in v32.warnings[0].message
     glm = audit(str(CORPUS / "modelopt-glm-moe-dsa-fp8kv"), engine=engine, gpu="sm90")
     refused = {f.module for f in glm.refusals if f.code == "unquantized-ships-quantized"}
     assert refused == {f"model.layers.{n}.self_attn.indexer.weights_proj" for n in (0, 1)}

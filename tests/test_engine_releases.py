@@ -116,7 +116,9 @@ def test_vllm_unmodelled_backends_are_unknown_never_a_confident_arm(tmp_path: Pa
         report = audit(str(path), gpu="sm90", env={"linear_backend": backend})
         row = arm(report, "NVFP4", "sm90")
         assert row.executed == "unknown" and "not modelled" in row.reason
-        assert report.verdict == "clean"
+        # no prediction is no clean: the arm not modelled is a warning
+        assert report.verdict == "warnings"
+        assert [f.code for f in report.warnings] == ["arm-unknown"]
 
 
 def test_vllm_flashinfer_cutedsl_runs_w4a4_weight_only_on_sm12x(tmp_path: Path) -> None:
@@ -209,7 +211,8 @@ def test_vllm_moe_backend_other_than_auto_makes_the_experts_unknown(run) -> None
     assert experts.source and "vllm/config/kernel.py@4ba787ec9 L" in experts.source
     (dense,) = [a for a in marlin.arms if a.executed != "unknown"]
     assert dense.executed == "W4A4-NVFP4" and "MoE" not in (dense.kernel or "MoE")
-    assert marlin.verdict == "clean" and marlin.warnings == []
+    assert marlin.verdict == "warnings" and [f.code for f in marlin.warnings] == ["arm-unknown"]
+    assert "--moe-backend other than auto are not modelled" in marlin.warnings[0].message
     # the choices are each release's own: 0.33.0 added aiter_triton_mxfp4_mxfp4
     newest = run("audit", moe, "--env", "moe_backend=aiter_triton_mxfp4_mxfp4", "-f", "json")
     assert newest.exit_code == 0, newest.stderr

@@ -147,6 +147,16 @@ CODES: dict[str, tuple[Severity, str]] = {
         "with no GPU given or detected, the engine has no arm for a scheme on part of the "
         "GPU range",
     ),
+    "arm-unknown": (
+        Severity.WARNING,
+        "the engine profile does not model what the engine runs for a declared scheme: "
+        "nothing vouches that it loads",
+    ),
+    "arm-unknown-on-some-gpus": (
+        Severity.INFO,
+        "with no GPU given or detected, the engine profile does not model what the engine runs "
+        "for a declared scheme on part of the GPU range",
+    ),
     "arm-differs-on-some-gpus": (
         Severity.INFO,
         "with no GPU given or detected, the engine executes another arm than the declared one "

@@ -19,7 +19,7 @@ from ..check.kv_scales import LOAD_FAILS_KV, kv_heads_of, kv_scale_findings
 from ..check.probe import probe_scalars as probe_values
 from ..check.spelling import Spelling
 from ..declarations import Declaration, read_declaration
-from ..engines.arms import arm_rows, parse_gpu, quote_load_errors, routing_moves
+from ..engines.arms import arm_rows, parse_gpu, routing_moves
 from ..engines.built_layers import dequantized_on_load, mark_unquantized_layers
 from ..engines.detect import EngineChoice, detect_gpu, engine_notes, select_engine
 from ..engines.kv_backend import kv_scale_on_logits
@@ -30,6 +30,7 @@ from ..engines.kv_cache import (
     kv_fate,
     kv_scales_unloaded,
 )
+from ..engines.load_errors import quote_load_errors
 from ..engines.profile import ROUTINGS, Profile, resolve_env
 from ..engines.refusals import (
     declaration_refusals,
