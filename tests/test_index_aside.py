@@ -15,13 +15,13 @@ from qarm_audit import audit
 from qarm_audit.errors import QarmError
 from qarm_audit.report.render_json import render_json
 from qarm_audit.sources import open_source, settled
-from qarm_audit.sources.aside import Aside
+from qarm_audit.sources.aside import CheckAside
 from test_index_of_headers import DISAGREEING, FIRST, INDEX, SECOND, TWO, folder
 
 FORKED = """
 import os, signal, sys
 from qarm_audit.errors import QarmError
-from qarm_audit.sources.aside import Aside, can_fork
+from qarm_audit.sources.aside import Aside, CheckAside, can_fork
 
 assert can_fork(), "one thread, on Linux"
 parent = os.getpid()
@@ -34,7 +34,7 @@ def answering(answer):
     return check
 
 for answer in (True, False):
-    aside = Aside(answering(answer))
+    aside = CheckAside(answering(answer))
     assert aside.forked
     assert aside.answer() is answer and aside.answer() is answer
 assert asked == [], "answered by the child"
@@ -44,17 +44,39 @@ def dying():
         os.kill(os.getpid(), signal.SIGKILL)
     return True
 
-assert Aside(dying).answer() is True
+assert CheckAside(dying).answer() is True
 
 def failing():
     raise QarmError("x", "the check's own failure")
 
 try:
-    Aside(failing).answer()
+    CheckAside(failing).answer()
 except QarmError as exc:
     assert "the check's own failure" in str(exc)
 else:
     raise AssertionError("a failing check failed nowhere")
+
+# a stream of values, each as it is ready; a child that fails part way gives what it sent
+def stream():
+    yield {"a": [1, 2]}
+    yield "x" * 200_000  # larger than a pipe's buffer
+    raise QarmError("x", "failed after two values")
+
+values = Aside(stream)
+assert values.forked
+assert values.next() == {"a": [1, 2]} and values.next() == "x" * 200_000
+assert values.next() is None and not values.forked and values.next() is None
+
+# a child still working when no more is wanted is stopped, not waited for
+def endless():
+    yield 1
+    while True:
+        pass
+
+endless_aside = Aside(endless)
+assert endless_aside.next() == 1
+endless_aside.close()
+assert not endless_aside.forked
 print("ok")
 """
 
@@ -73,7 +95,7 @@ def test_the_answer_comes_from_a_forked_child_or_is_found_here() -> None:
 
 def test_without_a_fork_the_check_runs_here_once() -> None:
     asked: list[int] = []
-    aside = Aside(lambda: asked.append(1) is None, fork=False)
+    aside = CheckAside(lambda: asked.append(1) is None, fork=False)
     assert not aside.forked
     assert aside.answer() and aside.answer()
     assert asked == [1]

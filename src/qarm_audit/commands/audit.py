@@ -52,7 +52,6 @@ from ..layers import (
 )
 from ..modules.inventory import ModuleInfo, build_inventory
 from ..modules.operands import MXFP4_BLOCKS, WEIGHT_NAMES, OperandKind, classify_operand
-from ..report.group import plural
 from ..report.model import (
     Bucket,
     DeclarationInfo,
@@ -73,15 +72,10 @@ from ..resolve.producer import disagreements, producer_cannot_compile, producer_
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
 from ..runtime import collector_paused, held
 from ..sources import Checkpoint, open_source, run_settled
-from ..sources.checkpoint import INDEX_FILE
 from ..sources.integrity import check_integrity
-from ..sources.unread import (
-    SIDE_DECLARATIONS,
-    second_layout,
-    side_declarations,
-    unindexed_shards,
-    unread_of,
-)
+from ..sources.unread import SIDE_DECLARATIONS, side_declarations
+from .ahead import AuditAhead
+from .unread import unread_findings
 
 if TYPE_CHECKING:
     from ..sources.hub import HubObserver
@@ -195,28 +189,39 @@ def audit_in_parts(
         installed=choice.installed,
         release_from=choice.release_from,
     )
+    # a declaration given is used as given: nothing to work out ahead
+    ahead = AuditAhead() if declaration is None else None
     with collector_paused():
-        checkpoint = (
-            source
-            if isinstance(source, Checkpoint)
-            else open_source(
-                source, require_pinned=require_pinned, observer=observer, prove_aside=True
+        try:
+            checkpoint = (
+                source
+                if isinstance(source, Checkpoint)
+                else open_source(
+                    source,
+                    require_pinned=require_pinned,
+                    observer=observer,
+                    prove_aside=True,
+                    ahead=ahead.start if ahead is not None else None,
+                )
             )
-        )
-        return run_settled(
-            checkpoint,
-            lambda read: _audit(
-                read,
-                profile,
-                info,
-                capability,
-                probe_scalars,
-                routing,
-                machine,
-                declaration,
-                modules,
-            ),
-        )
+            return run_settled(
+                checkpoint,
+                lambda read: _audit(
+                    read,
+                    profile,
+                    info,
+                    capability,
+                    probe_scalars,
+                    routing,
+                    machine,
+                    declaration,
+                    modules,
+                    ahead,
+                ),
+            )
+        finally:
+            if ahead is not None:
+                ahead.close()
 
 
 def _audit(
@@ -229,12 +234,17 @@ def _audit(
     machine: Sequence[Finding] = (),
     declaration: Declaration | None = None,
     modules: dict[str, ModuleInfo] | None = None,
+    ahead: AuditAhead | None = None,
 ) -> Audited:
     env = engine.env
     integrity, findings = check_integrity(checkpoint)
     findings.extend(machine)
     if declaration is None:
-        declaration = read_declaration(checkpoint.documents)
+        declaration = (
+            ahead.declaration(checkpoint.documents)
+            if ahead is not None
+            else read_declaration(checkpoint.documents)
+        )
     findings.extend(declaration.findings)
     findings.extend(_declaration_refusals(declaration, checkpoint))
     # the engine's view: without the config groups it drops before reading the others
@@ -246,7 +256,7 @@ def _audit(
         schemes = {k: v for k, v in declaration.schemes.items() if k not in skipped}
         engine_declaration = replace(declaration, compressed_tensors=kept, schemes=schemes)
     findings.extend(declaration_refusals(profile, engine_declaration))
-    findings.extend(_unread_findings(checkpoint))
+    findings.extend(unread_findings(checkpoint))
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
     if modules is None:
         modules = build_inventory(tensors)
@@ -260,6 +270,8 @@ def _audit(
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))
     findings.extend(unbuilt_bias_warnings(modules, model_config))
+    if ahead is not None:
+        ahead.take_matches()
     resolution = resolve(engine_declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)
@@ -426,87 +438,6 @@ def _module_rows(
 
 
 _OPERANDS = attrgetter("operands")
-
-
-def _unread_findings(checkpoint: Checkpoint) -> list[Finding]:
-    """Nothing unread passes: a checkpoint whose tensors were not read is never clean, and
-    weight files beside the ones read are named."""
-    origin = checkpoint.origin
-    if origin.kind == "declaration":
-        return []
-    offline = (
-        [
-            finding(
-                "offline-cache",
-                f"{origin.repo}@{origin.revision} was read from the Hub cache (HF_HUB_OFFLINE), "
-                "not from the Hub: the file list and headers are those an earlier online audit "
-                "or `hf download` stored",
-            )
-        ]
-        if origin.kind == "hub-offline"
-        else []
-    )
-    return offline + _unread_of(checkpoint)
-
-
-def _unindexed(shards: list[str], *, named: bool) -> list[Finding]:
-    """One index-disagrees refusal per shard beside the index that it does not name."""
-    said = (
-        "does not name it: a loader that follows the index never reads it"
-        if named
-        else "names no shard (its weight_map is empty or names none of them): a loader that "
-        "follows the index reads no tensor"
-    )
-    return [
-        finding(
-            "index-disagrees",
-            f"{shard} sits beside {INDEX_FILE}, which {said}",
-            tensor=shard,
-        )
-        for shard in shards
-    ]
-
-
-def _unread_of(checkpoint: Checkpoint) -> list[Finding]:
-    origin = checkpoint.origin
-    read = {shard.file for shard in checkpoint.shards}
-    unread = unread_of(checkpoint)
-    listed = ", ".join(unread[:10]) + (f" and {len(unread) - 10} more" if len(unread) > 10 else "")
-    tensors = sum(len(shard.tensors) for shard in checkpoint.shards)
-    has_index = checkpoint.index_text is not None or bool(checkpoint.derived_index)
-    unindexed = _unindexed(unindexed_shards(unread, read if has_index else None), named=bool(read))
-    if tensors == 0:
-        where = f"; weight files qarm does not read: {listed}" if unread else ""
-        return [
-            finding(
-                "weights-unread",
-                f"{origin.location}: no tensor was read ({plural(len(read), 'safetensors shard')}, "
-                f"0 tensors){where}; nothing the declaration says was checked",
-            ),
-            *unindexed,
-        ]
-    out: list[Finding] = list(unindexed)
-    single = second_layout(unread, has_index)
-    if single is not None:
-        out.append(
-            finding(
-                "second-layout",
-                f"{single} sits beside {INDEX_FILE} and was not read: transformers loads the "
-                "single file first, vLLM the index's shards",
-                tensor=single,
-            )
-        )
-    rest = [f for f in unread if f != single and not any(f == u.tensor for u in unindexed)]
-    if rest:
-        shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
-        out.append(
-            finding(
-                "weight-files-unread",
-                f"{plural(len(rest), 'weight file')} beside the {plural(len(read), 'shard')} read "
-                f"{'was' if len(rest) == 1 else 'were'} not audited: {shown}",
-            )
-        )
-    return out
 
 
 def _declaration_refusals(declaration: Declaration, checkpoint: Checkpoint) -> list[Finding]:

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 
 from ..errors import FetchError, SourceSpecError, UsageError
 from ..runtime import collector_paused
-from .checkpoint import Checkpoint, Origin, ShardHeader, TensorEntry, run_settled, settled
+from .checkpoint import (
+    Ahead,
+    Checkpoint,
+    Origin,
+    ShardHeader,
+    TensorEntry,
+    run_settled,
+    settled,
+)
 from .local import LocalBytes, read_folder, read_local_shard, read_text
 from .manifest import is_manifest_text, read_manifest, render_manifest, write_manifest
 
@@ -16,6 +24,7 @@ if TYPE_CHECKING:
     from .hub import HubObserver
 
 __all__ = [
+    "Ahead",
     "Checkpoint",
     "Origin",
     "ShardHeader",
@@ -78,19 +87,25 @@ def open_source(
     require_pinned: bool = False,
     observer: HubObserver | None = None,
     prove_aside: bool = False,
+    ahead: Ahead | None = None,
 ) -> Checkpoint:
     """Read a local folder, a cache snapshot, a manifest, a lone file, or a Hub ``repo@rev``.
 
     ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub/``.
     ``prove_aside``: a folder's index is proven while the caller goes on; the caller then
     settles the checkpoint (:func:`settled`) before it trusts what it made of it.
+    ``ahead``: for a folder, told its documents and index bytes before its headers are read.
     """
     with collector_paused():
-        return _open(spec, require_pinned, observer, prove_aside)
+        return _open(spec, require_pinned, observer, prove_aside, ahead)
 
 
 def _open(
-    spec: str, require_pinned: bool, observer: HubObserver | None, prove_aside: bool
+    spec: str,
+    require_pinned: bool,
+    observer: HubObserver | None,
+    prove_aside: bool,
+    ahead: Ahead | None,
 ) -> Checkpoint:
     path = Path(spec)
     try:
@@ -100,7 +115,7 @@ def _open(
     except ValueError as exc:  # a NUL in the name
         raise SourceSpecError(spec, f"is not a path: {exc}") from None
     if is_dir:
-        return read_folder(path, spec, prove_aside=prove_aside)
+        return read_folder(path, spec, prove_aside=prove_aside, ahead=ahead)
     if is_file:
         return _read_file(path, spec)
     hub = parse_hub_spec(spec)

@@ -1,51 +1,100 @@
-"""A yes-or-no check run in a forked copy of the process while the process goes on.
+"""Work done in a forked copy of the process while the process goes on.
 
 A million-tensor folder's index is proven by writing it again from the headers (half a
-second); nothing the audit does next depends on the answer but the end result, so a copy of
-the process works it out on another CPU meanwhile. The copy shares every object the process
-holds at the fork, so nothing is sent to it, and it sends back one byte. The answer is the
-check's own: where the copy cannot be made or does not answer, the check runs here, so what
-the audit reports never depends on whether it ran aside, or on timing.
+second), and its declaration parsed (another half), while the process reads and groups the
+headers: a copy of the process works it out on another CPU meanwhile. The copy shares every
+object the process holds at the fork, so nothing is sent to it; it sends back what it worked
+out, pickled. What it sends is what the same work gives here: where the copy cannot be made
+or gives nothing, the caller does the work itself, so what the audit reports never depends on
+whether it ran aside, or on timing.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import BinaryIO, Generic, TypeVar
 
-_ANSWERS = {b"1": True, b"0": False}
+_T = TypeVar("_T")
+
+_LENGTH = 8
+"""Each value is sent as its pickle's length (8 bytes, little-endian), then the pickle."""
 
 
-class Aside:
-    """``check()`` started in a forked child where that is safe (see :func:`can_fork`), else
-    left to run here; :meth:`answer` waits for it. Asked once, the answer is kept."""
+class Aside(Generic[_T]):
+    """The values ``work()`` yields, worked out in a forked child where that is safe (see
+    :func:`can_fork`); :meth:`next` waits for the next one. No child, or one that ended or
+    failed before a value, gives None for it: the caller then works it out itself."""
+
+    def __init__(self, work: Callable[[], Iterable[_T]], *, fork: bool = True) -> None:
+        self._child: tuple[int, BinaryIO] | None = None
+        if fork and can_fork():
+            self._child = _start(work)
+
+    @property
+    def forked(self) -> bool:
+        """Whether a child was started (and has not been stopped yet)."""
+        return self._child is not None
+
+    def next(self) -> _T | None:
+        if self._child is None:
+            return None
+        pipe = self._child[1]
+        try:
+            head = pipe.read(_LENGTH)
+            body = pipe.read(int.from_bytes(head, "little")) if len(head) == _LENGTH else b""
+        except OSError:
+            head, body = b"", b""
+        if len(head) < _LENGTH or len(body) < int.from_bytes(head, "little"):
+            self.close()  # ended, killed, out of memory, or its work failed
+            return None
+        value: _T = pickle.loads(body)
+        return value
+
+    def close(self) -> None:
+        """No more values wanted: the child, if still working, is stopped, and reaped."""
+        if self._child is None:
+            return
+        pid, pipe = self._child
+        self._child = None
+        pipe.close()  # a child writing now meets a closed pipe and ends
+        try:
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                os.kill(pid, signal.SIGKILL)  # pure work, nothing to flush: stop it now
+                os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+
+
+class CheckAside:
+    """A yes-or-no ``check()`` run aside (:class:`Aside`); :meth:`answer` waits for it, and
+    runs it here where the child gave no answer. Asked once, the answer is kept."""
 
     def __init__(self, check: Callable[[], bool], *, fork: bool = True) -> None:
         self._check = check
         self._answer: bool | None = None
-        self._child: tuple[int, int] | None = None
-        if fork and can_fork():
-            self._child = _start(check)
+        self._aside: Aside[bool] = Aside(lambda: (check(),), fork=fork)
 
     @property
     def forked(self) -> bool:
-        """Whether a child was started for the check (and has not been waited for yet)."""
-        return self._child is not None
+        return self._aside.forked
 
     def answer(self) -> bool:
         if self._answer is None:
-            answered = _wait(*self._child) if self._child is not None else None
-            self._child = None
-            self._answer = self._check() if answered is None else answered
+            answered = self._aside.next()
+            self._aside.close()
+            self._answer = self._check() if not isinstance(answered, bool) else answered
         return self._answer
 
 
 def can_fork() -> bool:
     """A fork without an exec is safe on Linux while this thread is the only one: a thread
     holding a lock at the fork would leave it held in the child forever (and Python warns
-    about it from 3.12). Other systems run the check in the process."""
+    about it from 3.12). Other systems do the work in the process."""
     return (
         sys.platform.startswith("linux")
         and hasattr(os, "fork")
@@ -54,35 +103,27 @@ def can_fork() -> bool:
     )
 
 
-def _start(check: Callable[[], bool]) -> tuple[int, int] | None:
+def _start(work: Callable[[], Iterable[object]]) -> tuple[int, BinaryIO] | None:
     read_end, write_end = os.pipe()
     try:
         pid = os.fork()
-    except OSError:  # no memory or processes to spare: the check runs here
+    except OSError:  # no memory or processes to spare: the work is done here
         os.close(read_end)
         os.close(write_end)
         return None
-    if pid == 0:  # pragma: no cover - the child; its answer is what the tests compare
+    if pid == 0:  # pragma: no cover - the child; what it sends is what the tests compare
         code = 1
         try:
             os.close(read_end)
-            os.write(write_end, b"1" if check() else b"0")
+            with os.fdopen(write_end, "wb") as pipe:
+                for value in work():
+                    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                    pipe.write(len(data).to_bytes(_LENGTH, "little"))
+                    pipe.write(data)
+                    pipe.flush()
             code = 0
         finally:
-            # no exit handler, no flush of the parent's buffers, no teardown: only the byte
+            # no exit handler, no flush of the parent's buffers, no teardown: only the values
             os._exit(code)
     os.close(write_end)
-    return pid, read_end
-
-
-def _wait(pid: int, read_end: int) -> bool | None:
-    """The child's answer, or None where it gave none (killed, out of memory, a failure)."""
-    try:
-        with os.fdopen(read_end, "rb") as pipe:
-            byte = pipe.read(1)
-        _, status = os.waitpid(pid, 0)
-    except (OSError, ChildProcessError):
-        return None
-    if os.waitstatus_to_exitcode(status) != 0:
-        return None
-    return _ANSWERS.get(byte)
+    return pid, os.fdopen(read_end, "rb")

@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FetchError, QarmError, ShardIndexError, SourceSpecError
-from .aside import Aside
+from .aside import CheckAside
 from .checkpoint import (
     DECLARATION_FILES,
     INDEX_FILE,
     SINGLE_FILE,
+    Ahead,
     Checkpoint,
     DerivedIndex,
     HeaderOwners,
@@ -136,12 +137,16 @@ def _present(path: Path, where: str) -> bool:
     return False
 
 
-def read_folder(root: Path, location: str, *, prove_aside: bool = False) -> Checkpoint:
+def read_folder(
+    root: Path, location: str, *, prove_aside: bool = False, ahead: Ahead | None = None
+) -> Checkpoint:
     """Read a checkpoint folder (single file, sharded with an index, or a cache snapshot).
 
     ``prove_aside``: prove the index against the headers in a forked child while the caller
     goes on (``aside.py``); the checkpoint returned is the one read when the proof holds, and
-    carries it as ``pending`` for the caller to settle (:func:`~.checkpoint.settled`)."""
+    carries it as ``pending`` for the caller to settle (:func:`~.checkpoint.settled`).
+    ``ahead``: called with the declaration documents and the index's bytes (None where there
+    is no index) once both are read, before any shard's header is."""
     if not root.is_dir():
         raise SourceSpecError(location, "not a directory")
     cache = _cache_repo(root)
@@ -159,6 +164,8 @@ def read_folder(root: Path, location: str, *, prove_aside: bool = False) -> Chec
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
         raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
+        if ahead is not None:
+            ahead(documents, raw)
         read = _listed_shards(root, allowed)
 
         def unproven() -> Checkpoint:
@@ -180,6 +187,8 @@ def read_folder(root: Path, location: str, *, prove_aside: bool = False) -> Chec
         except OSError as exc:
             raise FetchError(location, f"cannot list the folder: {exc.strerror or exc}") from None
         shard_files = [name for name in found if _present(root / name, name)]
+    if ahead is not None:
+        ahead(documents, None)
     shards = _shards(root, allowed, location, shard_files, {})
     if not documents and not shards:
         raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
@@ -214,7 +223,7 @@ def _proof_aside(
     if head is None:
         return None
     rest, named = head
-    proof = Aside(lambda: written_index(raw, rest, named) is not None)
+    proof = CheckAside(lambda: written_index(raw, rest, named) is not None)
     pending = PendingProof(holds=proof.answer, otherwise=unproven)
     try:
         proven = proven_index(raw, rest, named, HeaderOwners(named))
