@@ -490,26 +490,21 @@ def _row_findings(
     partial = decider.gpu is None and label is not None
     if decision.executed == UNKNOWN_ARM:
         # not modelled: a clean verdict must not stand for what qarm cannot predict
-        return [
-            finding(
-                "arm-unknown-on-some-gpus" if partial else "arm-unknown",
-                f"{scheme}: what {profile.label} executes for {decision.declared}{where} "
-                f"({count}) is not modelled ({decision.reason}); nothing vouches that it loads"
-                + ("; give --gpu to decide" if partial else ""),
-                module=first,
-            )
-        ]
-    if decision.executed not in ("none", decision.declared):
-        return [
-            finding(
-                "arm-differs-on-some-gpus" if partial else "declared-arm-differs",
-                f"{scheme}: declared {decision.declared} -> executed {decision.executed} on "
-                f"{count} under {profile.label}{where} ({decision.reason})"
-                + ("; give --gpu to decide" if partial else ""),
-                module=first,
-            )
-        ]
-    return []
+        codes = ("arm-unknown-on-some-gpus", "arm-unknown")
+        said = (
+            f"what {profile.label} executes for {decision.declared}{where} ({count}) is not "
+            f"modelled ({decision.reason}); nothing vouches that it loads"
+        )
+    elif decision.executed not in ("none", decision.declared):
+        codes = ("arm-differs-on-some-gpus", "declared-arm-differs")
+        said = (
+            f"declared {decision.declared} -> executed {decision.executed} on {count} under "
+            f"{profile.label}{where} ({decision.reason})"
+        )
+    else:
+        return []
+    tail = "; give --gpu to decide" if partial else ""
+    return [finding(codes[0] if partial else codes[1], f"{scheme}: {said}{tail}", module=first)]
 
 
 def _declaration_rows(
