@@ -270,8 +270,6 @@ def _audit(
     findings.extend(tree_findings(tree))
     findings.extend(completeness_refusals(modules, model_config))
     findings.extend(unbuilt_bias_warnings(modules, model_config))
-    if ahead is not None:
-        ahead.take_matches()
     resolution = resolve(engine_declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)

@@ -42,20 +42,6 @@ def resolve_compressed_tensors(
     return CompressedTensorsResolver(rules, modules, tree).run()
 
 
-def regex_lists(rules: CompressedTensorsRules) -> list[tuple[list[str], str]]:
-    """The ``re:`` pattern lists (and where they stand) that the engine view below and the
-    producer view (``producer.py``) match module names with: each as written, and as the
-    ``regex`` module reads it where that differs."""
-    targets = [t[3:] for t in rules.targets if t.startswith("re:")]
-    ignore = [i[3:] for i in rules.ignore if i.startswith("re:")]
-    lists = [(targets, "targets"), (ignore, "ignore")]
-    for patterns, where in list(lists):
-        read = [regex_module_form(p) for p in patterns]
-        if read != patterns:
-            lists.append((read, where))
-    return [(patterns, where) for patterns, where in lists if patterns]
-
-
 def _fused_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, ModuleInfo]:
     """The modules of every engine layer that a fused module's engine name names (the fused
     shards, and any module of that very name), in inventory order."""

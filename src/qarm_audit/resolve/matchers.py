@@ -14,11 +14,10 @@ import bisect
 import fnmatch
 import functools
 import re
-from array import array
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, repeat
 from operator import itemgetter
-from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 import ahocorasick
 
@@ -266,33 +265,6 @@ class _PatternSet:
         }
         memo.update(zip(todo, map(outcomes.__getitem__, keys), strict=True))
 
-    def export(self, names: Sequence[str]) -> tuple[str, list[tuple[int, ...]], bytes]:
-        """What this set knows of ``names`` (:meth:`prime` them first), compactly: the known
-        names joined by ``\n`` (printable names hold none), the distinct lists of patterns
-        they match, and each name's place among those lists."""
-        memo = self.memo
-        # a refusal carries its error: not sent (the audit meets it here)
-        known = [(n, o) for n in names if (o := memo.get(n)) is not None and not o[1]]
-        lists: dict[tuple[int, ...], int] = {}
-        places = array("I", [lists.setdefault(o[0], len(lists)) for _, o in known])
-        return "\n".join(n for n, _ in known), list(lists), places.tobytes()
-
-    def adopt(self, names: str, lists: Sequence[tuple[int, ...]], places: bytes) -> None:
-        """Take what :meth:`export` gave, worked out elsewhere for the same patterns: what
-        :meth:`prime` of those names would remember here."""
-        found = array("I")
-        found.frombytes(places)
-        if not names or len(self.memo) + len(found) > MEMO_CAP:
-            return
-        count = len(self.plans)
-        if any(n >= count for key in lists for n in key) or max(found, default=0) >= len(lists):
-            return  # not this set's: nothing is taken
-        outcomes = [
-            _NO_MATCH if not key else self.alone[key[0]] if len(key) == 1 else (tuple(key), ())
-            for key in lists
-        ]
-        self.memo.update(zip(names.split("\n"), map(outcomes.__getitem__, found), strict=True))
-
     def _candidates_of_all(self, names: list[str]) -> dict[int, list[int]]:
         """Pattern number -> the names (by place) that could match it: those holding its
         longest literal, found by one Aho-Corasick pass over the names joined by ``\n``
@@ -359,33 +331,6 @@ _NO_MATCH: _Outcome = ((), ())
 def _pattern_set(patterns: tuple[str, ...], where: str) -> _PatternSet:
     """One planned set per distinct pattern list (in sorted order), shared by every view."""
     return _PatternSet(patterns, where)
-
-
-class Primed(NamedTuple):
-    """What the names of a checkpoint match in one pattern set, worked out elsewhere (in a
-    forked copy of the process, :func:`prime_elsewhere`) and taken here by :func:`adopt`."""
-
-    patterns: tuple[str, ...]
-    where: str
-    names: str
-    lists: list[tuple[int, ...]]
-    places: bytes
-
-
-def prime_elsewhere(patterns: Sequence[str], where: str, names: Sequence[str]) -> Primed:
-    """What each of ``names`` matches among ``patterns``, as :class:`FirstMatch` of them
-    would work it out (it may raise the same refusal of a pattern)."""
-    canonical = tuple(sorted(set(patterns)))
-    shared = _pattern_set(canonical, where)
-    shared.prime(names)
-    return Primed(canonical, where, *shared.export(names))
-
-
-def adopt(primed: Primed) -> None:
-    """Remember what :func:`prime_elsewhere` worked out: every :class:`FirstMatch` of the same
-    patterns then finds those names known. An outcome depends on the pattern and the name
-    alone, so what is taken is what would have been found here."""
-    _pattern_set(primed.patterns, primed.where).adopt(primed.names, primed.lists, primed.places)
 
 
 class FirstMatch:

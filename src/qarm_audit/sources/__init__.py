@@ -94,7 +94,7 @@ def open_source(
     ``observer`` hears about a Hub read (revision resolved, headers arriving); see ``hub/``.
     ``prove_aside``: a folder's index is proven while the caller goes on; the caller then
     settles the checkpoint (:func:`settled`) before it trusts what it made of it.
-    ``ahead``: for a folder, told its documents and index bytes before its headers are read.
+    ``ahead``: for a folder, told its documents before its index and headers are read.
     """
     with collector_paused():
         return _open(spec, require_pinned, observer, prove_aside, ahead)

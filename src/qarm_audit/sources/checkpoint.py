@@ -179,9 +179,9 @@ def settled(checkpoint: Checkpoint) -> Checkpoint:
 
 _T = TypeVar("_T")
 
-Ahead = Callable[[dict[str, str], "bytes | None"], None]
-"""Told a folder's declaration documents and its index's bytes (None: no index) once they
-are read, before any shard's header is: what depends on those alone can start meanwhile."""
+Ahead = Callable[[dict[str, str]], None]
+"""Told a folder's declaration documents once they are read, before its index and headers
+are: what depends on the documents alone can start meanwhile."""
 
 
 def run_settled(checkpoint: Checkpoint, run: Callable[[Checkpoint], _T]) -> _T:

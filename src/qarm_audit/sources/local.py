@@ -145,8 +145,8 @@ def read_folder(
     ``prove_aside``: prove the index against the headers in a forked child while the caller
     goes on (``aside.py``); the checkpoint returned is the one read when the proof holds, and
     carries it as ``pending`` for the caller to settle (:func:`~.checkpoint.settled`).
-    ``ahead``: called with the declaration documents and the index's bytes (None where there
-    is no index) once both are read, before any shard's header is."""
+    ``ahead``: called with the declaration documents once they are read, before the index
+    and any shard's header are."""
     if not root.is_dir():
         raise SourceSpecError(location, "not a directory")
     cache = _cache_repo(root)
@@ -161,11 +161,11 @@ def read_folder(
         candidate = root / name
         if _present(candidate, name):
             documents[name] = read_text(_contained(candidate, allowed, name), name)
+    if ahead is not None:
+        ahead(documents)
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
         raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
-        if ahead is not None:
-            ahead(documents, raw)
         read = _listed_shards(root, allowed)
 
         def unproven() -> Checkpoint:
@@ -187,8 +187,6 @@ def read_folder(
         except OSError as exc:
             raise FetchError(location, f"cannot list the folder: {exc.strerror or exc}") from None
         shard_files = [name for name in found if _present(root / name, name)]
-    if ahead is not None:
-        ahead(documents, None)
     shards = _shards(root, allowed, location, shard_files, {})
     if not documents and not shards:
         raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
