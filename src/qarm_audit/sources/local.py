@@ -137,6 +137,18 @@ def _present(path: Path, where: str) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class _Folder:
+    """What every reading of one folder shares: where it is, what may be read, its
+    declaration documents."""
+
+    origin: Origin
+    documents: dict[str, str]
+    root: Path
+    allowed: Path
+    location: str
+
+
 def read_folder(
     root: Path, location: str, *, prove_aside: bool = False, ahead: Ahead | None = None
 ) -> Checkpoint:
@@ -163,21 +175,22 @@ def read_folder(
             documents[name] = read_text(_contained(candidate, allowed, name), name)
     if ahead is not None:
         ahead(documents)
+    folder = _Folder(origin, documents, root, allowed, location)
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
         raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
         read = _listed_shards(root, allowed)
 
         def unproven() -> Checkpoint:
-            return _by_index(origin, documents, raw, read, root, allowed, location)
+            return _by_index(folder, raw, read)
 
         if prove_aside:
-            optimistic = _proof_aside(origin, documents, raw, read, root, allowed, unproven)
+            optimistic = _proof_aside(folder, raw, read, unproven)
             if optimistic is not None:
                 return optimistic
         proven = index_of_headers(raw, list(read.values()))
         if proven is not None:
-            return _proven(origin, documents, raw, proven, root, allowed)
+            return _proven(folder, raw, proven)
         return unproven()
     if _present(root / SINGLE_FILE, SINGLE_FILE):
         shard_files = [SINGLE_FILE]
@@ -187,32 +200,23 @@ def read_folder(
         except OSError as exc:
             raise FetchError(location, f"cannot list the folder: {exc.strerror or exc}") from None
         shard_files = [name for name in found if _present(root / name, name)]
-    shards = _shards(root, allowed, location, shard_files, {})
-    if not documents and not shards:
-        raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
-    return _checkpoint(origin, documents, None, shards, root, allowed, None)
+    return _checkpoint(folder, None, _shards(folder, shard_files, {}), None)
 
 
 def _proven(
-    origin: Origin,
-    documents: dict[str, str],
+    folder: _Folder,
     raw: bytes,
     proven: tuple[ShardIndex, list[ShardHeader], DerivedIndex | None],
-    root: Path,
-    allowed: Path,
 ) -> Checkpoint:
     index, named, derived = proven
     text = None if derived is not None else _decode(raw, INDEX_FILE)
-    return _checkpoint(origin, documents, text, named, root, allowed, index, derived)
+    return _checkpoint(folder, text, named, index, derived)
 
 
 def _proof_aside(
-    origin: Origin,
-    documents: dict[str, str],
+    folder: _Folder,
     raw: bytes,
     read: dict[str, ShardHeader],
-    root: Path,
-    allowed: Path,
     unproven: Callable[[], Checkpoint],
 ) -> Checkpoint | None:
     """The checkpoint as read when the index proof holds, the proof started aside; None where
@@ -224,8 +228,7 @@ def _proof_aside(
     proof = CheckAside(lambda: written_index(raw, rest, named) is not None)
     pending = PendingProof(holds=proof.answer, otherwise=unproven)
     try:
-        proven = proven_index(raw, rest, named, HeaderOwners(named))
-        checkpoint = _proven(origin, documents, raw, proven, root, allowed)
+        checkpoint = _proven(folder, raw, proven_index(raw, rest, named, HeaderOwners(named)))
     except QarmError:
         if proof.answer():
             raise  # what reading without the proof aside raises too
@@ -233,35 +236,24 @@ def _proof_aside(
     return replace(checkpoint, pending=pending)
 
 
-def _by_index(
-    origin: Origin,
-    documents: dict[str, str],
-    raw: bytes,
-    read: dict[str, ShardHeader],
-    root: Path,
-    allowed: Path,
-    location: str,
-) -> Checkpoint:
+def _by_index(folder: _Folder, raw: bytes, read: dict[str, ShardHeader]) -> Checkpoint:
     """The checkpoint of an index not proven against the headers: parsed and checked by name,
     its shards in its order."""
     index_text = _decode(raw, INDEX_FILE)
     index = parse_index(index_text)
-    shards = _shards(root, allowed, location, index.shard_files, read)
-    if not documents and not shards:
-        raise SourceSpecError(location, "holds no declaration document and no .safetensors file")
-    return _checkpoint(origin, documents, index_text, shards, root, allowed, index)
+    return _checkpoint(folder, index_text, _shards(folder, index.shard_files, read), index)
 
 
-def _shards(
-    root: Path, allowed: Path, location: str, files: list[str], read: dict[str, ShardHeader]
-) -> list[ShardHeader]:
+def _shards(folder: _Folder, files: list[str], read: dict[str, ShardHeader]) -> list[ShardHeader]:
     """The header of each of ``files``, in order (taken from ``read`` where it is there)."""
     shards = []
     for file in files:
-        path = root / file
+        path = folder.root / file
         if not _present(path, file):
-            raise ShardIndexError(INDEX_FILE, f"names shard {file!r}, which is not in {location}")
-        real = _contained(path, allowed, file)
+            raise ShardIndexError(
+                INDEX_FILE, f"names shard {file!r}, which is not in {folder.location}"
+            )
+        real = _contained(path, folder.allowed, file)
         shards.append(read[file] if file in read else read_local_shard(real, file))
     return shards
 
@@ -286,21 +278,24 @@ def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:
 
 
 def _checkpoint(
-    origin: Origin,
-    documents: dict[str, str],
+    folder: _Folder,
     index_text: str | None,
     shards: list[ShardHeader],
-    root: Path,
-    allowed: Path,
     index: ShardIndex | None,
     derived: DerivedIndex | None = None,
 ) -> Checkpoint:
+    if not folder.documents and not shards:
+        raise SourceSpecError(
+            folder.location, "holds no declaration document and no .safetensors file"
+        )
     return Checkpoint(
-        origin=origin,
-        documents=documents,
+        origin=folder.origin,
+        documents=folder.documents,
         index_text=index_text,
         shards=tuple(shards),
-        read_bytes=LocalBytes(root, allowed, frozenset(shard.file for shard in shards)),
+        read_bytes=LocalBytes(
+            folder.root, folder.allowed, frozenset(shard.file for shard in shards)
+        ),
         derived_index=derived,
         parsed_index=index,
     )
