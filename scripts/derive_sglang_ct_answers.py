@@ -38,12 +38,18 @@ from compressed_tensors.quantization import (
     QuantizationStrategy,
     QuantizationType,
 )
-from engine_source import Wheel, cases, compile_function, find, int_keyed_map, quant_args
+from engine_source import (
+    Wheel,
+    answer_grid,
+    compile_function,
+    find,
+    int_keyed_map,
+    quant_args,
+)
 
 RELEASES = ("0.5.22", "0.5.23")
 """The releases whose answers are committed, as ``sglang-<release>-ct-answers.json``."""
 FORMAT = "qarm-sglang-ct-answers/1"
-GPUS = (80, 90, 100, 120)
 
 CT = "sglang/srt/layers/quantization/compressed_tensors/"
 CONFIG = CT + "compressed_tensors.py"
@@ -254,16 +260,8 @@ def answer(wheel: Wheel, case: dict[str, Any], gpu: int, layer: str) -> dict[str
 
 
 def derive(wheel: Wheel) -> dict[str, Any]:
-    release = wheel.release("sglang")
-    if release not in RELEASES:
-        raise SystemExit(f"the wheel is sglang {release}, this script records {RELEASES}")
+    release, answers = answer_grid(wheel, "sglang", RELEASES, answer)
     cite = f"sgl-project/sglang python/{{}}@v{release}"
-    answers = [
-        {"case": case, "gpu": gpu, "layer": layer, "answer": answer(wheel, case, gpu, layer)}
-        for case in cases()
-        for layer in ("dense", "experts")
-        for gpu in GPUS
-    ]
     return {
         "format": FORMAT,
         "release": release,

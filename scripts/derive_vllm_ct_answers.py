@@ -39,11 +39,17 @@ from compressed_tensors.quantization import (
     QuantizationStrategy,
     QuantizationType,
 )
-from engine_source import Wheel, cases, compile_function, find, int_keyed_map, quant_args
+from engine_source import (
+    Wheel,
+    answer_grid,
+    compile_function,
+    find,
+    int_keyed_map,
+    quant_args,
+)
 
 RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
 FORMAT = "qarm-vllm-ct-answers/1"
-GPUS = (80, 90, 100, 120)
 
 CT = "vllm/model_executor/layers/quantization/compressed_tensors/"
 CONFIG = CT + "compressed_tensors.py"
@@ -243,16 +249,8 @@ def answer(wheel: Wheel, case: dict[str, Any], gpu: int, layer: str) -> dict[str
 
 
 def derive(wheel: Wheel) -> dict[str, Any]:
-    release = wheel.release("vllm")
-    if release not in RELEASES:
-        raise SystemExit(f"the wheel is vllm {release}, this script records {RELEASES}")
+    release, answers = answer_grid(wheel, "vllm", RELEASES, answer)
     cite = f"vllm-project/vllm {{}}@v{release}"
-    answers = [
-        {"case": case, "gpu": gpu, "layer": layer, "answer": answer(wheel, case, gpu, layer)}
-        for case in cases()
-        for layer in ("dense", "experts")
-        for gpu in GPUS
-    ]
     compiled = [f"CompressedTensorsConfig.{n}" for n in ("get_scheme", "_get_scheme_from_parts")]
     compiled += [
         f"CompressedTensorsConfig.{n}" for n in _present(ast.parse(wheel.read(CONFIG)), PREDICATES)

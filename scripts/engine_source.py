@@ -186,6 +186,30 @@ def cases() -> list[dict[str, Any]]:
     return out
 
 
+GPUS = (80, 90, 100, 120)
+"""The compute capabilities each answer is asked on: sm80, sm90, sm100, sm120."""
+
+
+def answer_grid(
+    wheel: Wheel,
+    engine: str,
+    releases: tuple[str, ...],
+    answer: Callable[[Wheel, dict[str, Any], int, str], dict[str, Any]],
+) -> tuple[str, list[dict[str, Any]]]:
+    """The wheel's release (one of ``releases``) and ``answer`` for every case of
+    :func:`cases`, on a dense layer and on routed experts, on every GPU of :data:`GPUS`."""
+    release = wheel.release(engine)
+    if release not in releases:
+        raise SystemExit(f"the wheel is {engine} {release}, this script records {releases}")
+    answers = [
+        {"case": case, "gpu": gpu, "layer": layer, "answer": answer(wheel, case, gpu, layer)}
+        for case in cases()
+        for layer in ("dense", "experts")
+        for gpu in GPUS
+    ]
+    return release, answers
+
+
 def main(
     doc: str, engine: str, derive: Callable[[Wheel], dict[str, Any]], argv: list[str] | None
 ) -> int:

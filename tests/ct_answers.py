@@ -1,10 +1,11 @@
 """What the engine-answer differentials share (tests/test_sglang_ct_answers.py,
 tests/test_vllm_ct_answers.py): a declaration built from an answer's case, and the rule a
-profile selects for it."""
+profile selects for it, and the differences no allowance explains."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,22 @@ def answers(engine: str, release: str) -> list[dict[str, Any]]:
     text = (DATA / f"{engine}-{release}-ct-answers.json").read_text("utf-8")
     found: list[dict[str, Any]] = json.loads(text)["answers"]
     return found
+
+
+def unexplained(
+    items: Iterable[dict[str, Any]],
+    difference: Callable[[dict[str, Any]], str | None],
+    allowed: tuple[str, ...] = (),
+) -> list[str]:
+    """Each answer where ``difference`` names a disagreement that is not ``allowed``, sorted,
+    one line each: the layer, the case and the GPU, then the disagreement."""
+    return sorted(
+        {
+            f"{item['layer']} {json.dumps(item['case'], sort_keys=True)} sm{item['gpu']}: {why}"
+            for item in items
+            if (why := difference(item)) not in (None, *allowed)
+        }
+    )
 
 
 def declaration(case: dict[str, Any]) -> Declaration:

@@ -17,12 +17,11 @@ sglang-0.5.23-...whl`` in a venv holding compressed-tensors 0.18.0 (``--check`` 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from ct_answers import answers, rule_for
+from ct_answers import answers, rule_for, unexplained
 from qarm_audit.engines.profile import Profile, load_profile
 
 RELEASES = ["0.5.22", "0.5.23"]
@@ -129,14 +128,8 @@ ALLOWED = (RUNTIME_ASSERT, LINEAR_TARGET, BELOW_SM89, MXFP4_TARGET, CREATE_WEIGH
 @pytest.mark.parametrize("release", RELEASES)
 def test_qarm_gives_sglangs_answer_for_every_declaration_layer_and_gpu(release: str) -> None:
     profile = PROFILES[release]
-    unexplained = sorted(
-        {
-            f"{item['layer']} {json.dumps(item['case'], sort_keys=True)} sm{item['gpu']}: {why}"
-            for item in ANSWERS[release]
-            if (why := difference(item, profile)) not in (None, *ALLOWED)
-        }
-    )
-    assert unexplained == [], "\n".join(unexplained)
+    differences = unexplained(ANSWERS[release], lambda item: difference(item, profile), ALLOWED)
+    assert differences == [], "\n".join(differences)
 
 
 @pytest.mark.parametrize("reason", ALLOWED)

@@ -14,12 +14,11 @@ build (``PAST_THE_BUILD``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from ct_answers import answers, rule_for
+from ct_answers import answers, rule_for, unexplained
 from qarm_audit.engines.profile import Profile, load_profile
 
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
@@ -66,14 +65,8 @@ def difference(item: dict[str, Any], profile: Profile) -> str | None:
 @pytest.mark.parametrize("release", RELEASES)
 def test_qarm_refuses_where_vllm_does_and_only_there(release: str) -> None:
     profile = PROFILES[release]
-    unexplained = sorted(
-        {
-            f"{item['layer']} {json.dumps(item['case'], sort_keys=True)} sm{item['gpu']}: {why}"
-            for item in ANSWERS[release]
-            if (why := difference(item, profile)) is not None
-        }
-    )
-    assert unexplained == [], "\n".join(unexplained)
+    differences = unexplained(ANSWERS[release], lambda item: difference(item, profile))
+    assert differences == [], "\n".join(differences)
 
 
 def test_fp8_activations_build_w4a8_int_in_0_30_only_and_fail_past_the_build() -> None:
