@@ -111,6 +111,7 @@ def test_first_match_is_the_plain_per_pattern_loop(sources: list[str], names: li
     ["m.layers.17.mlp.experts.0.up_proj"],
 )
 @example([r"\w", r"(?i)k$", "a$", ".*1"], ["\u212a", "a", "a\n", "b1", "ab", "k"], ["a"])
+@example([".*ab", "ab", "(?:ab)+b", "b", ".*b"], ["abab", "ab", "abb", "b", "xab"], [])
 def test_many_names_at_once_are_each_names_first_match(
     sources: list[str], names: list[str], asked_before: list[str]
 ) -> None:

@@ -15,7 +15,7 @@ import fnmatch
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from operator import itemgetter
 from typing import Any, TypeAlias, TypeVar, cast
 
@@ -184,11 +184,14 @@ class _PatternSet:
         for number, planned in enumerate(self.plans):
             if planned.literals:
                 by_literal.setdefault(planned.literals[0], []).append(number)
+        self.numbers_of = [tuple(numbers) for numbers in by_literal.values()]
+        """The patterns filed under each literal, by the literal's place: what the automaton
+        finds is that place, a small int, grouped at C speed."""
         self.automaton: Any = None
         if by_literal:
             self.automaton = ahocorasick.Automaton()
-            for literal, numbers in by_literal.items():
-                self.automaton.add_word(literal, tuple(numbers))
+            for place, literal in enumerate(by_literal):
+                self.automaton.add_word(literal, place)
             self.automaton.make_automaton()
 
     def candidates(self, name: str) -> list[int] | tuple[int, ...]:
@@ -198,11 +201,11 @@ class _PatternSet:
             if not hits:
                 return ()
             if len(hits) == 1:
-                numbers: tuple[int, ...] = hits[0][1]
+                numbers: tuple[int, ...] = self.numbers_of[hits[0][1]]
                 return numbers
         found = set(self.always)
-        for _end, numbers in hits:
-            found.update(numbers)
+        for _end, place in hits:
+            found.update(self.numbers_of[place])
         return sorted(found)
 
     def outcome(self, name: str) -> _Outcome:
@@ -252,36 +255,54 @@ class _PatternSet:
             todo = [n for n in todo if n.isascii() and n.isprintable()]
         if not todo or len(memo) + len(todo) > MEMO_CAP:
             return
-        matched: dict[int, list[int]] = {}
+        single: dict[int, int] = {}
+        """Name (by place) -> the one pattern it matched so far."""
+        multi: dict[int, list[int]] = {}
+        """Name -> the patterns it matched, where more than one did (rare): in order."""
         for number, owners in sorted(self._candidates_of_all(todo).items()):
-            answers = self.many[number]([todo[i] for i in owners])
-            for owner, hit in zip(owners, answers, strict=True):
-                if hit:  # patterns in ascending order: each name's list is in order too
-                    matched.setdefault(owner, []).append(number)
-        keys = list(map(_as_key, map(matched.get, range(len(todo)))))
-        outcomes = {
-            key: _NO_MATCH if not key else self.alone[key[0]] if len(key) == 1 else (key, ())
-            for key in dict.fromkeys(keys)
-        }
-        memo.update(zip(todo, map(outcomes.__getitem__, keys), strict=True))
+            got = list(compress(owners, self.many[number](list(map(todo.__getitem__, owners)))))
+            if not (single.keys() & got or multi.keys() & got):
+                single.update(zip(got, repeat(number)))
+                continue
+            for owner in got:
+                if owner in multi:
+                    multi[owner].append(number)
+                elif owner in single:
+                    multi[owner] = [single.pop(owner), number]
+                else:
+                    single[owner] = number
+        memo.update(zip(todo, repeat(_NO_MATCH)))
+        alone = self.alone
+        memo.update(
+            zip(map(todo.__getitem__, single), map(alone.__getitem__, single.values()), strict=True)
+        )
+        shared: dict[tuple[int, ...], _Outcome] = {}
+        for owner, numbers in multi.items():
+            key = tuple(numbers)
+            memo[todo[owner]] = shared.setdefault(key, (key, ()))
 
     def _candidates_of_all(self, names: list[str]) -> dict[int, list[int]]:
-        """Pattern number -> the names (by place) that could match it: those holding its
-        longest literal, found by one Aho-Corasick pass over the names joined by ``\n``
-        (no printable name holds one, so a literal inside a name is found whole; one that
-        spans two names only adds a candidate), and every name for a pattern with none."""
+        """Pattern number -> the names (by place, ascending) that could match it: those
+        holding its longest literal, found by one Aho-Corasick pass over the names joined by
+        ``\n`` (no printable name holds one, so a literal inside a name is found whole; one
+        that spans two names only adds a candidate), and every name for a pattern with none."""
         found: dict[int, list[int]] = {n: list(range(len(names))) for n in self.always}
         if self.automaton is None:
             return found
         hits = list(self.automaton.iter("\n".join(names)))
-        ends = list(accumulate(map(len, names), lambda end, size: end + 1 + size))
-        owners = map(bisect.bisect_left, repeat(ends), map(_HIT_END, hits))
-        pairs: dict[tuple[int, int], None] = {}
-        for owner, (_end, numbers) in zip(owners, hits, strict=True):
-            for number in numbers:
-                pairs[number, owner] = None
-        for number, owner in pairs:
-            found.setdefault(number, []).append(owner)
+        # where each name's "\n" stands (one past its end): a hit ending before it is its own
+        ends = list(accumulate(map(_PLUS_ONE, map(len, names))))
+        owners = list(map(bisect.bisect_right, repeat(ends), map(_HIT_END, hits)))
+        places = list(map(_HIT_VALUE, hits))
+        # grouped by literal in C: a stable sort keeps each literal's names in text order
+        order = sorted(range(len(places)), key=places.__getitem__)
+        by_place = list(map(places.__getitem__, order))
+        for place in dict.fromkeys(by_place):
+            run = order[bisect.bisect_left(by_place, place) : bisect.bisect_right(by_place, place)]
+            # a literal found twice in one name: the name once
+            holders = list(dict.fromkeys(map(owners.__getitem__, run)))
+            for number in self.numbers_of[place]:
+                found[number] = holders
         return found
 
     def _match(self, number: int, name: str) -> bool:
@@ -315,12 +336,8 @@ def _many(compiled: Any, plain: Callable[[str], Any]) -> Callable[[list[str]], l
     return lambda names: [bool(plain(name)) for name in names]
 
 
-def _as_key(numbers: list[int] | None) -> tuple[int, ...]:
-    """The patterns a name matched, in order, as a key (ascending: patterns are tried so)."""
-    return tuple(numbers) if numbers else ()
-
-
-_HIT_END = itemgetter(0)
+_HIT_END, _HIT_VALUE = itemgetter(0), itemgetter(1)
+_PLUS_ONE = (1).__add__
 
 _Outcome: TypeAlias = tuple[tuple[int, ...], tuple[tuple[int, PatternError], ...]]
 """What a name gave: the patterns that match it, and those that refuse it with their errors."""
@@ -362,8 +379,10 @@ class FirstMatch:
         names share a few); None where :meth:`first` raises for some name (asked name by
         name in the caller's order, it then raises the refusal the caller meets first)."""
         shared = self.shared
-        shared.prime(names)
         known = list(map(shared.memo.get, names))
+        if None in known:  # not every name known yet (a second asker finds them all)
+            shared.prime(names)
+            known = list(map(shared.memo.get, names))
         outcomes: list[_Outcome] = (
             [o if o is not None else shared.outcome(n) for n, o in zip(names, known, strict=True)]
             if None in known  # not primed: a name not printable ASCII, or too many names
