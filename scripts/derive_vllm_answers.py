@@ -37,9 +37,10 @@ import json
 import os
 import sys
 import types
-import zipfile
 from pathlib import Path
 from typing import Any
+
+import engine_source
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTS = ROOT / "src" / "qarm_audit" / "layers" / "facts" / "vllm-0.33.0.json"
@@ -97,37 +98,20 @@ FOLLOWED: list[tuple[str, str]] = [
 ]
 
 
-class _Wheel:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.zip = zipfile.ZipFile(path)
-        self.trees: dict[str, ast.Module] = {}
+class _Wheel(engine_source.Wheel):
+    """The wheel's modules parsed once each, and the constants and commit it records."""
 
-    def source(self, name: str) -> str:
-        return self.zip.read(name).decode("utf-8")
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.trees: dict[str, ast.Module] = {}
 
     def tree(self, name: str) -> ast.Module:
         if name not in self.trees:
-            self.trees[name] = ast.parse(self.source(name), name)
+            self.trees[name] = ast.parse(self.read(name), name)
         return self.trees[name]
 
     def find(self, name: str, qualname: str) -> ast.stmt:
-        body: list[ast.stmt] = self.tree(name).body
-        node: ast.stmt | None = None
-        for part in qualname.split("."):
-            node = next(
-                (
-                    n
-                    for n in body
-                    if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == part
-                ),
-                None,
-            )
-            if node is None:
-                raise SystemExit(f"{qualname} not found in {name}: the release changed")
-            body = node.body if isinstance(node, ast.ClassDef) else []
-        assert node is not None
-        return node
+        return engine_source.find(self.tree(name), qualname, name)
 
     def constant(self, name: str, target: str) -> Any:
         for node in self.tree(name).body:
@@ -140,7 +124,7 @@ class _Wheel:
 
     def commit(self) -> str:
         """The commit ``vllm/_version.py`` records (``__commit_id__ = commit_id = 'g...'``)."""
-        for node in ast.parse(self.source("vllm/_version.py")).body:
+        for node in self.tree("vllm/_version.py").body:
             if (
                 isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Constant)
