@@ -245,10 +245,9 @@ class _PatternSet:
         printable-ASCII name holding its literal, in one call; other names are left to
         :meth:`outcome`."""
         memo = self.memo
+        # the caller asks only where some name is not known (a second asker knows them all)
         todo = list(dict.fromkeys(names))
         if memo:
-            if all(map(memo.__contains__, todo)):
-                return  # the common second asker: every name known
             todo = [n for n in todo if n not in memo]
         whole = "".join(todo)
         if not (whole.isascii() and whole.isprintable()):
