@@ -56,6 +56,20 @@ for file in dict.fromkeys(index["weight_map"].values()):
         orjson.loads(handle.read(length))
 """
 
+FLOOR_KEPT = """
+import gc, orjson, os, struct, sys
+gc.disable()
+root = sys.argv[1]
+with open(os.path.join(root, "model.safetensors.index.json"), "rb") as handle:
+    index = orjson.loads(handle.read())
+kept = []
+for file in dict.fromkeys(index["weight_map"].values()):
+    with open(os.path.join(root, file), "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        kept.append(orjson.loads(handle.read(length)))
+os._exit(0)
+"""
+
 
 def measure(command: list[str], exits: tuple[int, ...] = (0, 1)) -> dict[str, float]:
     """Wall and CPU seconds and peak RSS (MiB) of one child process, which must exit with
@@ -72,6 +86,8 @@ def measure(command: list[str], exits: tuple[int, ...] = (0, 1)) -> dict[str, fl
         "wall": wall,
         "cpu": usage.ru_utime + usage.ru_stime,
         "rss": usage.ru_maxrss / 1024,
+        "sys": usage.ru_stime,
+        "faults": usage.ru_minflt,
         "exit": child.returncode,
     }
 
@@ -80,8 +96,8 @@ def qarm(folder: Path) -> list[str]:
     return [sys.executable, "-m", "qarm_audit", "audit", str(folder), "-f", "json"]
 
 
-def floor(folder: Path) -> list[str]:
-    return [sys.executable, "-c", FLOOR, str(folder)]
+def floor(folder: Path, script: str = FLOOR) -> list[str]:
+    return [sys.executable, "-c", script, str(folder)]
 
 
 def generate(folder: Path, shape: str, *options: str) -> None:
@@ -123,6 +139,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="folder for the checkpoints (kept, reused)")
     parser.add_argument("--only", action="append", help="run only these cases")
+    parser.add_argument(
+        "--kept-floor", action="store_true", help="also a floor that keeps what it parsed"
+    )
     args = parser.parse_args()
     big, half, unlike = (
         ("folder-quick", "tiny", "unlike-quick")
@@ -158,8 +177,10 @@ def main() -> int:
     for _ in range(args.repeat):
         for case in cases:
             folder = folders[case][0]
-            runs = results.setdefault(case, {"qarm": [], "floor": []})
+            runs = results.setdefault(case, {"qarm": [], "floor": [], "kept": []})
             runs["floor"].append(measure(floor(folder)))
+            if args.kept_floor:
+                runs["kept"].append(measure(floor(folder, FLOOR_KEPT)))
             runs["qarm"].append(measure(qarm(folder)))
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, {machine.describe()}")
     print("| case | qarm wall s | floor wall s | wall ratio | qarm CPU s | floor CPU s | "
@@ -173,6 +194,22 @@ def main() -> int:
             f"{median(f, 'cpu'):.2f} | {median(q, 'cpu') / median(f, 'cpu'):.2f} | "
             f"{by_pair(q, f)} | {max(r['rss'] for r in q):.0f} | {int(q[0]['exit'])} |"
         )
+    if args.kept_floor:
+        print(
+            "\n| case | qarm wall s | kept floor wall s | wall ratio to kept | qarm system CPU s "
+            "| kept floor system CPU s | floor system CPU s | qarm minor faults "
+            "| kept floor minor faults | floor minor faults | kept floor peak RSS MiB |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for case in cases:
+            q, k, f = (results[case][side] for side in ("qarm", "kept", "floor"))
+            print(
+                f"| {case} | {median(q, 'wall'):.2f} | {median(k, 'wall'):.2f} | "
+                f"{median(q, 'wall') / median(k, 'wall'):.2f} | {median(q, 'sys'):.2f} | "
+                f"{median(k, 'sys'):.2f} | {median(f, 'sys'):.2f} | {median(q, 'faults'):.0f} | "
+                f"{median(k, 'faults'):.0f} | {median(f, 'faults'):.0f} | "
+                f"{max(r['rss'] for r in k):.0f} |"
+            )
     derived = []
     if {"ct", "ct-10x"} <= set(cases):
         derived.append(("ct-10x / ct (10x patterns)", "ct-10x", "ct"))
