@@ -20,9 +20,12 @@ from qarm_audit.sources import open_source
 from qarm_audit.sources.index import (
     ShardIndex,
     _dumps_writes_the_same,
+    _keys_may_be_sorted,
+    index_head,
     index_text_of,
     parse_index,
 )
+from qarm_audit.sources.local import read_local_shard
 
 INDEX = "model.safetensors.index.json"
 FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
@@ -229,3 +232,68 @@ def test_an_index_of_no_names_beside_no_shard_is_still_nothing_to_audit(tmp_path
     write_safetensors(tmp_path / "empty.safetensors", {})
     with pytest.raises(QarmError, match="holds no declaration document"):
         open_source(str(tmp_path))
+
+
+def hub_index(weight_map: dict[str, str], total_size: int) -> str:
+    """The text huggingface_hub's ``save_torch_state_dict`` writes: ``json.dump(index, f,
+    indent=2)``, the keys in the order the state dict gives them (huggingface/huggingface_hub
+    src/huggingface_hub/serialization/_torch.py@v2.4.0, ``save_torch_state_dict``)."""
+    return json.dumps({"metadata": {"total_size": total_size}, "weight_map": weight_map}, indent=2)
+
+
+# the least name last ("lm_head" after the model's layers, as a state dict gives it): its
+# keys rise everywhere but at the end, which the adjacent pairs looked at may not reach
+MODEL_ORDER = {
+    FIRST: {f"model.layers.{n:04d}.weight": ("F32", (2,)) for n in range(2000)},
+    SECOND: {"lm_head.weight": ("F32", (2,))},
+}
+# the least name first, then out of order further on (q before k)
+LATER_OUT_OF_ORDER = {
+    FIRST: {"a.weight": ("F32", (2,)), "m.q.weight": ("F32", (2,))},
+    SECOND: {"m.k.weight": ("F32", (2,)), "z.weight": ("F32", (2,))},
+}
+
+
+@pytest.mark.parametrize("shards", [MODEL_ORDER, LATER_OUT_OF_ORDER], ids=["first", "later"])
+def test_an_index_in_state_dict_order_is_parsed_not_proven(
+    tmp_path: Path, shards: dict[str, dict[str, Any]]
+) -> None:
+    """Keys not sorted: the text cannot be the one transformers writes, so it is parsed at once
+    (proving it aside would fail once the audit is done and run the audit twice)."""
+    root = folder(tmp_path / "hub", shards)
+    weight_map = {name: file for file, tensors in shards.items() for name in tensors}
+    (root / INDEX).write_text(hub_index(weight_map, 8 * len(weight_map)))
+    raw = (root / INDEX).read_bytes()
+    assert index_head(raw, [read_local_shard(root / f, f) for f in shards]) is None
+    checkpoint = open_source(str(root))
+    assert checkpoint.parsed_index is not None and not checkpoint.parsed_index.from_headers
+    assert checkpoint.parsed_index.weight_map == weight_map
+    sorted_root = folder(tmp_path / "sorted", shards)
+    by_file = sorted(open_source(str(sorted_root)).shards, key=lambda shard: shard.file)
+    assert list(checkpoint.shards) == by_file  # in the order the index first names them
+    ours, theirs = audit(str(root)), audit(str(sorted_root))
+    assert (ours.verdict, ours.modules, ours.refusals) == (
+        theirs.verdict,
+        theirs.modules,
+        theirs.refusals,
+    )
+
+
+_NAMES = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12)
+
+
+@given(
+    rest=st.dictionaries(_ASCII.filter(lambda k: k != "weight_map"), _VALUES, max_size=3),
+    weight_map=st.dictionaries(_NAMES, _ASCII, min_size=1, max_size=40),
+)
+def test_no_index_transformers_writes_is_turned_away_by_its_key_order(
+    rest: dict[str, Any], weight_map: dict[str, str]
+) -> None:
+    """The key-order look (first key, adjacent keys rising) never refuses the writer's text,
+    whatever the names hold (quotes, backslashes, control characters, non-ASCII)."""
+    raw = orjson.dumps(
+        {**rest, "weight_map": weight_map}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    )
+    cut = raw.find(b'\n  "weight_map": {')
+    assert cut >= 0
+    assert _keys_may_be_sorted(raw, cut, min(weight_map))

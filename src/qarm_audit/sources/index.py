@@ -121,7 +121,58 @@ def index_head(
         return None
     # first mention in the sorted text: the shards by their least name
     named.sort(key=lambda shard: min(map(_NAME, shard.tensors)))
+    if not _keys_may_be_sorted(raw, cut, min(map(_NAME, named[0].tensors))):
+        return None
     return rest, named
+
+
+_ENTRY = b'\n    "'
+"""Where each weight_map entry begins in the text ``transformers`` writes (indent 2)."""
+
+SORT_PROBES = 256
+"""Pairs of adjacent weight_map keys compared by :func:`_keys_may_be_sorted`."""
+
+
+def _keys_may_be_sorted(raw: bytes, cut: int, least: str) -> bool:
+    """False where the weight_map after ``cut`` cannot be the one ``transformers`` writes,
+    whose keys are sorted: its first key is not ``least`` (the least tensor name), or of
+    :data:`SORT_PROBES` pairs of adjacent keys spread over it, one does not rise. An index
+    in the order a state dict gives (huggingface_hub's ``save_torch_state_dict`` writes
+    ``json.dump(index, indent=2)``) is then parsed at once, rather than proven aside while the
+    audit runs and found wrong only once the audit is done, which would run it twice.
+
+    Only a key spelled without an escape is compared: its bytes are then its UTF-8, whose
+    order is the code point order the writer sorts by, so a text the proof would accept is
+    never turned away here. A text this lets through is still proven in full."""
+    first = raw.find(_ENTRY, cut + 1)
+    if first < 0:
+        return True  # no entry where the writer puts them: the proof decides
+    try:
+        spelled = least.encode()
+    except UnicodeEncodeError:  # a lone surrogate: orjson cannot write it, so no proof holds
+        return False
+    key = _key_at(raw, first + len(_ENTRY))
+    if key is not None and key != spelled:
+        return False
+    end = raw.find(b"\n  }", first)
+    end = len(raw) if end < 0 else end
+    for at in range(first, end, max((end - first) // SORT_PROBES, 1)):
+        one = raw.find(_ENTRY, at, end)
+        two = raw.find(_ENTRY, one + 1, end) if one >= 0 else -1
+        if two < 0:
+            break
+        a, b = _key_at(raw, one + len(_ENTRY)), _key_at(raw, two + len(_ENTRY))
+        if a is not None and b is not None and a >= b:
+            return False
+    return True
+
+
+def _key_at(raw: bytes, start: int) -> bytes | None:
+    """The key whose text begins at ``start`` (after its opening quote), or None where it is
+    spelled with an escape (its bytes then need not sort as the key does)."""
+    close = raw.find(b'"', start)
+    key = raw[start:close]
+    return None if close < 0 or b"\\" in key else key
 
 
 def written_index(
