@@ -16,6 +16,8 @@ Cases (each qarm run alternated with a floor run of the same folder):
   led by ``.*`` (``re:.*layers\\.17\\.mlp\\.experts\\.\\d+\\.(gate|up|down)_proj$``);
 - ``ct-10x``: the same with 5 000 patterns (flatness);
 - ``modelopt-half``: half the experts, 493 k tensors (linearity);
+- ``modelopt-hub-index``: the ``modelopt`` checkpoint with its index as huggingface_hub's
+  ``save_torch_state_dict`` writes it (indent 2, the keys in model order, not sorted);
 - ``sound`` / ``refused``: 61 440 expert modules, each of its own shape, sound or all refused.
 
 The floor: a process that reads every shard's 8-byte prefix and header, parses each header and
@@ -154,10 +156,15 @@ def main() -> int:
         "modelopt": (base / f"{big}-modelopt", big, ("--folder", "moe")),
         "ct": (base / f"{big}-ct", big, ("--folder", "moe", *ct, "--patterns", "500")),
         "modelopt-half": (base / f"{half}-modelopt", half, ("--folder", "moe")),
+        "modelopt-hub-index": (
+            base / f"{big}-modelopt-hub-index",
+            big,
+            ("--folder", "moe", "--index", "huggingface_hub"),
+        ),
         "sound": (base / f"{unlike}-sound", unlike, ("--folder", "sound")),
         "refused": (base / f"{unlike}-refused", unlike, ("--folder", "refused")),
     }
-    cases = ["modelopt", "ct", "ct-10x", "modelopt-half", "sound", "refused"]
+    cases = ["modelopt", "ct", "ct-10x", "modelopt-half", "modelopt-hub-index", "sound", "refused"]
     if args.only:
         cases = [c for c in cases if c in args.only]
     for case in cases:
@@ -215,6 +222,10 @@ def main() -> int:
         derived.append(("ct-10x / ct (10x patterns)", "ct-10x", "ct"))
     if {"modelopt", "modelopt-half"} <= set(cases):
         derived.append(("modelopt / modelopt-half (2x tensors)", "modelopt", "modelopt-half"))
+    if {"modelopt", "modelopt-hub-index"} <= set(cases):
+        derived.append(
+            ("modelopt-hub-index / modelopt (index order)", "modelopt-hub-index", "modelopt")
+        )
     if {"sound", "refused"} <= set(cases):
         derived.append(("refused / sound (all refused, unlike)", "refused", "sound"))
     for label, a, b in derived:

@@ -322,12 +322,15 @@ def write_folder(
     patterns: int = 500,
     style: str = "dotstar",
     variant: str = "moe",
+    index: str = "transformers",
 ) -> tuple[int, int]:
-    """Write a real checkpoint folder: the declaration, ``model.safetensors.index.json`` as
-    ``transformers`` writes it, and one ``.safetensors`` shard per ``per_shard`` tensors in model
-    order, each a real header followed by its tensor data as a sparse hole (no disk used).
-    ``variant``: ``moe`` (the DeepSeek-like MoE), ``sound`` or ``refused`` (unlike modules, see
-    :func:`unlike_tensors`). Returns (tensors, shards)."""
+    """Write a real checkpoint folder: the declaration, ``model.safetensors.index.json``, and
+    one ``.safetensors`` shard per ``per_shard`` tensors in model order, each a real header
+    followed by its tensor data as a sparse hole (no disk used). ``variant``: ``moe`` (the
+    DeepSeek-like MoE), ``sound`` or ``refused`` (unlike modules, see :func:`unlike_tensors`).
+    ``index``: ``transformers`` (``save_pretrained``: indent 2, sorted keys, a final newline)
+    or ``huggingface_hub`` (``save_torch_state_dict``: ``json.dump(index, f, indent=2)``, the
+    keys in model order). Returns (tensors, shards)."""
     shape = SHAPES[name]
     if variant == "moe":
         specs, listed = tensors(shape, family)
@@ -352,10 +355,13 @@ def write_folder(
             handle.truncate(len(head) + data)  # a hole: the zeros take no disk
         weight_map.update(dict.fromkeys((spec[0] for spec in chunk), file))
         total += data
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out / "model.safetensors.index.json").write_text(
-        json.dumps(index, indent=2, sort_keys=True) + "\n"
+    written = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    text = (
+        json.dumps(written, indent=2, sort_keys=True) + "\n"
+        if index == "transformers"
+        else json.dumps(written, indent=2)
     )
+    (out / "model.safetensors.index.json").write_text(text)
     return len(specs), files
 
 
@@ -366,9 +372,10 @@ def main() -> int:
     parser.add_argument("--patterns", type=int, default=500, help="excludes / re: patterns")
     parser.add_argument(
         "--index",
-        choices=["transformers", "other"],
+        choices=["transformers", "other", "huggingface_hub"],
         default="transformers",
-        help="the index text as transformers writes it (indent 2, sorted), or laid out otherwise",
+        help="the index text as transformers writes it (indent 2, sorted), laid out otherwise "
+        "(a manifest), or as huggingface_hub writes it (indent 2, model order; a folder)",
     )
     parser.add_argument(
         "--style",
@@ -384,11 +391,17 @@ def main() -> int:
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
     if args.folder:
+        if args.index == "other":
+            parser.error(
+                "--index other is for a manifest; a folder takes transformers or huggingface_hub"
+            )
         count, files = write_folder(
-            args.shape, args.output, args.family, args.patterns, args.style, args.folder
+            args.shape, args.output, args.family, args.patterns, args.style, args.folder, args.index
         )
         print(f"{args.output}: {count} tensors in {files} shards")
         return 0
+    if args.index == "huggingface_hub":
+        parser.error("--index huggingface_hub is for a folder (--folder)")
     checkpoint = build(args.shape, args.family, args.patterns, args.index, args.style)
     write_manifest(checkpoint, args.output, force=True)
     print(
