@@ -297,3 +297,23 @@ def test_no_index_transformers_writes_is_turned_away_by_its_key_order(
     cut = raw.find(b'\n  "weight_map": {')
     assert cut >= 0
     assert _keys_may_be_sorted(raw, cut, min(weight_map))
+
+
+def test_an_index_written_with_crlf_line_ends_is_parsed_not_proven(tmp_path: Path) -> None:
+    """transformers' index written in text mode on Windows: the same text with CRLF line ends,
+    which orjson never writes; parsed at once rather than proven aside and found wrong."""
+    crlf = folder(tmp_path / "crlf", TWO)
+    # without metadata: the head before weight_map ("{" and a CR) still reads as JSON
+    weight_map = {name: file for file, tensors in TWO.items() for name in tensors}
+    text = transformers_index(weight_map, None)
+    (crlf / INDEX).write_bytes(text.replace("\n", "\r\n").encode())
+    raw = (crlf / INDEX).read_bytes()
+    assert index_head(raw, [read_local_shard(crlf / f, f) for f in TWO]) is None
+    checkpoint = open_source(str(crlf))
+    assert checkpoint.parsed_index is not None and not checkpoint.parsed_index.from_headers
+    lf_root = folder(tmp_path / "lf", TWO)
+    (lf_root / INDEX).write_text(text)
+    lf = open_source(str(lf_root))
+    assert checkpoint.shards == lf.shards
+    assert lf.parsed_index is not None and lf.parsed_index.from_headers
+    assert checkpoint.parsed_index.weight_map == lf.parsed_index.weight_map

@@ -108,8 +108,8 @@ def index_head(
     and the shards with tensors, in the index's order; None where the text cannot be the one
     ``transformers`` writes for them."""
     cut = raw.find(b'\n  "weight_map": {')
-    if cut < 0:
-        return None
+    if cut < 0 or raw[cut - 1 : cut] == b"\r":
+        return None  # a line end written as CRLF (a text-mode write on Windows) is not the writer's
     try:
         rest = loads_strict(raw[:cut].rstrip(b",").decode() + "}", INDEX_FILE)
     except (HeaderError, UnicodeDecodeError):
