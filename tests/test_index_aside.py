@@ -16,7 +16,7 @@ from qarm_audit.errors import QarmError
 from qarm_audit.report.render_json import render_json
 from qarm_audit.sources import open_source, settled
 from qarm_audit.sources.aside import CheckAside
-from test_index_of_headers import DISAGREEING, FIRST, INDEX, SECOND, TWO, folder
+from test_index_of_headers import DISAGREEING, FIRST, INDEX, SECOND, TWO, folder, hub_index
 
 FORKED = """
 import os, signal, sys
@@ -170,3 +170,67 @@ def test_a_shard_only_the_optimistic_reading_names_is_left_to_the_index(tmp_path
     assert checkpoint == open_source(str(root))
     assert [shard.file for shard in checkpoint.shards] == [FIRST, SECOND]
     assert audit(str(root)).totals.tensors == 3
+
+
+# keys in the order a state dict gives them (not sorted), the shards first named in file order
+UNSORTED = {
+    FIRST: {"z.weight": ("F32", (2,)), "b.weight": ("F32", (2,))},
+    SECOND: {"a.weight": ("F32", (2,))},
+}
+
+
+def hub_folder(root: Path, weight_map: dict[str, str] | None = None, last: bool = False) -> Path:
+    """``UNSORTED`` with its index as huggingface_hub writes it; ``last``: ``metadata`` after
+    ``weight_map``, where the head cannot tell ``total_size``."""
+    folder(root, UNSORTED)
+    if weight_map is None:
+        weight_map = {name: file for file, tensors in UNSORTED.items() for name in tensors}
+    text = hub_index(weight_map, 24)
+    if last:
+        document = json.loads(text)
+        text = json.dumps({"weight_map": document["weight_map"], **document}, indent=2)
+    (root / INDEX).write_text(text)
+    return root
+
+
+def same_reading(root: Path) -> None:
+    """Read aside or not, the same checkpoint and the same report."""
+    optimistic = open_source(str(root), prove_aside=True)
+    plain = open_source(str(root))
+    read = settled(optimistic)
+    assert read.shards == plain.shards and read.index_text == plain.index_text
+    assert read.parsed_index is not None and plain.parsed_index is not None
+    assert dict(read.parsed_index.weight_map) == plain.parsed_index.weight_map
+    assert read.parsed_index.shard_files == plain.parsed_index.shard_files
+    assert read.parsed_index.total_size == plain.parsed_index.total_size
+    assert render_json(audit(str(root))) == render_json(audit(plain))
+
+
+def test_an_unsorted_index_is_parsed_aside_and_gives_what_parsing_it_here_gives(
+    tmp_path: Path,
+) -> None:
+    root = hub_folder(tmp_path)
+    optimistic = open_source(str(root), prove_aside=True)
+    assert optimistic.pending is not None and settled(optimistic) is optimistic
+    same_reading(root)
+
+
+@pytest.mark.parametrize(
+    ("case", "weight_map", "last"),
+    [
+        # the shards first named in another order than their files'
+        ("order", {"a.weight": SECOND, "z.weight": FIRST, "b.weight": FIRST}, False),
+        # metadata after weight_map: total_size not in the head
+        ("total-size", None, True),
+        # a name mapped to the other shard
+        ("disagrees", {"z.weight": FIRST, "b.weight": SECOND, "a.weight": SECOND}, False),
+    ],
+)
+def test_an_unsorted_index_read_otherwise_than_assumed_is_parsed_and_read_again(
+    tmp_path: Path, case: str, weight_map: dict[str, str] | None, last: bool
+) -> None:
+    root = hub_folder(tmp_path, weight_map, last)
+    optimistic = open_source(str(root), prove_aside=True)
+    assert optimistic.pending is not None
+    assert settled(optimistic) is not optimistic
+    same_reading(root)

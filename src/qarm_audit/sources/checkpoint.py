@@ -36,7 +36,9 @@ class ShardIndex:
     total_size: int | None
     from_headers: bool = False
     """``weight_map`` is proven to be every header name -> its shard (see
-    :func:`index_of_headers`): the integrity check need not look each name up again."""
+    :func:`index_of_headers`), or is taken to be while that is checked aside (see
+    :func:`index_in_file_order`; a checkpoint read so is read again where the check fails):
+    the integrity check need not look each name up again."""
 
     @cached_property
     def shard_files(self) -> list[str]:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
 import orjson
 
-from ..errors import HeaderError, ShardIndexError
+from ..errors import HeaderError, QarmError, ShardIndexError
 from .checkpoint import (
     INDEX_FILE,
     Checkpoint,
     DerivedIndex,
+    HeaderOwners,
     ShardHeader,
     ShardIndex,
     header_owners,
@@ -107,15 +108,10 @@ def index_head(
     """What :func:`index_of_headers` reads before it compares: the keys before ``weight_map``
     and the shards with tensors, in the index's order; None where the text cannot be the one
     ``transformers`` writes for them."""
-    cut = raw.find(b'\n  "weight_map": {')
-    if cut < 0 or raw[cut - 1 : cut] == b"\r":
-        return None  # a line end written as CRLF (a text-mode write on Windows) is not the writer's
-    try:
-        rest = loads_strict(raw[:cut].rstrip(b",").decode() + "}", INDEX_FILE)
-    except (HeaderError, UnicodeDecodeError):
+    head = _head(raw)
+    if head is None:
         return None
-    if not isinstance(rest, dict) or "weight_map" in rest:
-        return None
+    rest, cut = head
     named = [shard for shard in shards if shard.tensors]
     if not named:
         return None
@@ -125,6 +121,70 @@ def index_head(
         return None
     return rest, named
 
+
+def _head(raw: bytes) -> tuple[dict[str, Any], int] | None:
+    """The keys before ``weight_map``, parsed from the text's head, and where ``weight_map``
+    begins; None where the text is not laid out with indent 2 or its head is no JSON object."""
+    cut = raw.find(b'\n  "weight_map": {')
+    if cut < 0 or raw[cut - 1 : cut] == b"\r":
+        return None  # a line end written as CRLF (a text-mode write on Windows) is not the writer's
+    try:
+        rest = loads_strict(raw[:cut].rstrip(b",").decode() + "}", INDEX_FILE)
+    except (HeaderError, UnicodeDecodeError):
+        return None
+    if not isinstance(rest, dict) or "weight_map" in rest:
+        return None
+    return rest, cut
+
+
+def index_in_file_order(
+    raw: bytes, shards: Sequence[ShardHeader]
+) -> tuple[ShardIndex, list[ShardHeader]] | None:
+    """For an index laid out with indent 2 whose keys need not be sorted (huggingface_hub's
+    ``save_torch_state_dict`` writes ``json.dump(index, indent=2)`` in state-dict order): the
+    index and shards that parsing it gives where it maps every header name to its shard and
+    first names the shards in file-name order, as such a writer fills them; that is checked by
+    :func:`parsed_as_assumed`. ``metadata`` is read from the head. None where the head does not
+    read, or names no shard with tensors."""
+    head = _head(raw)
+    named = sorted((shard for shard in shards if shard.tensors), key=_FILE)
+    if head is None or not named:
+        return None
+    files = [shard.file for shard in named]
+    index = _index(head[0], HeaderOwners(named), INDEX_FILE, files)
+    return ShardIndex(index.weight_map, index.total_size, from_headers=True), named
+
+
+def parsed_as_assumed(text: str, assumed: ShardIndex, named: Sequence[ShardHeader]) -> bool:
+    """Whether parsing the index gives what :func:`index_in_file_order` assumed: the same
+    shards first named in the same order, the same ``total_size``, and every header name
+    mapped to its shard. An index that does not parse is not (reading it meets its error)."""
+    try:
+        parsed = parse_index(text)
+    except QarmError:
+        return False
+    return (
+        parsed.shard_files == assumed.shard_files
+        and parsed.total_size == assumed.total_size
+        and names_each_shard(parsed.weight_map, named)
+    )
+
+
+def names_each_shard(weight_map: Mapping[str, str], shards: Sequence[ShardHeader]) -> bool:
+    """Whether ``weight_map`` is exactly every header name -> its shard: as many names as the
+    headers hold, each header's names all mapped to that header's shard (so no name is in two
+    shards either). Looked up in C, without a second million-entry mapping."""
+    if len(weight_map) != sum(len(shard.tensors) for shard in shards):
+        return False
+    get = weight_map.get
+    for shard in shards:
+        names = list(map(_NAME, shard.tensors))
+        if list(map(get, names)).count(shard.file) != len(names):
+            return False
+    return True
+
+
+_FILE = attrgetter("file")
 
 _ENTRY = b'\n    "'
 """Where each weight_map entry begins in the text ``transformers`` writes (indent 2)."""

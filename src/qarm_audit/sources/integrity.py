@@ -6,14 +6,11 @@ not a content hash, and the report says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from operator import itemgetter
-
 from ..errors import IntegrityError, ShardIndexError
 from ..findings import Finding, finding
 from ..report.model import IntegrityInfo, ShardCheck
 from .checkpoint import INDEX_FILE, Checkpoint, header_owners
-from .index import load_index
+from .index import load_index, names_each_shard
 
 VERIFICATION = (
     "semantic: every header parsed; data_offsets contiguous from 0 with no overlap or hole; "
@@ -27,28 +24,13 @@ def _names(items: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _agrees(weight_map: Mapping[str, str], checkpoint: Checkpoint) -> bool:
-    """Whether ``weight_map`` is exactly every header name -> its shard: as many names as the
-    headers hold, each header's names all mapped to that header's shard (so no name is in two
-    shards either). Looked up in C, without a second million-entry mapping."""
-    if len(weight_map) != sum(len(shard.tensors) for shard in checkpoint.shards):
-        return False
-    get = weight_map.get
-    for shard in checkpoint.shards:
-        names = list(map(_NAME, shard.tensors))
-        if list(map(get, names)).count(shard.file) != len(names):
-            return False
-    return True
-
-
-_NAME = itemgetter(0)
-
-
 def check_integrity(checkpoint: Checkpoint) -> tuple[IntegrityInfo | None, list[Finding]]:
     if not checkpoint.shards:
         return None, []
     parsed = checkpoint.parsed_index
-    if parsed is not None and (parsed.from_headers or _agrees(parsed.weight_map, checkpoint)):
+    if parsed is not None and (
+        parsed.from_headers or names_each_shard(parsed.weight_map, checkpoint.shards)
+    ):
         owner = parsed.weight_map  # the same mapping, proven without building it again
     else:
         owner = header_owners(checkpoint.shards)

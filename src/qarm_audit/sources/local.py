@@ -27,7 +27,15 @@ from .checkpoint import (
     ShardIndex,
 )
 from .header import HEADER_CAP, length_prefix, parse_header
-from .index import index_head, index_of_headers, parse_index, proven_index, written_index
+from .index import (
+    index_head,
+    index_in_file_order,
+    index_of_headers,
+    parse_index,
+    parsed_as_assumed,
+    proven_index,
+    written_index,
+)
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
@@ -186,6 +194,8 @@ def read_folder(
 
         if prove_aside:
             optimistic = _proof_aside(folder, raw, read, unproven)
+            if optimistic is None:
+                optimistic = _parse_aside(folder, raw, read, unproven)
             if optimistic is not None:
                 return optimistic
         proven = index_of_headers(raw, list(read.values()))
@@ -234,6 +244,29 @@ def _proof_aside(
             raise  # what reading without the proof aside raises too
         return unproven()
     return replace(checkpoint, pending=pending)
+
+
+def _parse_aside(
+    folder: _Folder,
+    raw: bytes,
+    read: dict[str, ShardHeader],
+    unproven: Callable[[], Checkpoint],
+) -> Checkpoint | None:
+    """The checkpoint parsing the index gives, where it names every header name -> its shard
+    and its shards in file-name order (:func:`index_in_file_order`), the parse and that check
+    made aside; None where the index cannot be read so (it is then parsed here). For an index
+    laid out as transformers lays it out but not sorted, which the proof cannot take."""
+    try:
+        assumed = index_in_file_order(raw, list(read.values()))
+        if assumed is None:
+            return None
+        text = _decode(raw, INDEX_FILE)
+    except QarmError:  # a file name no index may hold, a text that is not UTF-8
+        return None  # parsed here, meeting the error where reading it does
+    index, named = assumed
+    proof = CheckAside(lambda: parsed_as_assumed(text, index, named))
+    checkpoint = _checkpoint(folder, text, named, index)
+    return replace(checkpoint, pending=PendingProof(holds=proof.answer, otherwise=unproven))
 
 
 def _by_index(folder: _Folder, raw: bytes, read: dict[str, ShardHeader]) -> Checkpoint:
