@@ -349,7 +349,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      '    if cut < 0 or raw[cut - 1 : cut] == b"\\r":\n',
      "    if cut < 0:\n"),
     ("index-order-first-key-is-the-least-name", "sources/index.py",
-     "    if key is not None and key != spelled:\n",
+     "    if key is not None and key != least.encode():\n",
      "    if False:\n"),
     ("index-order-adjacent-keys-rise", "sources/index.py",
      "        if a is not None and b is not None and a >= b:\n",

@@ -150,9 +150,7 @@ def index_in_file_order(
     named = sorted((shard for shard in shards if shard.tensors), key=_FILE)
     if head is None or not named:
         return None
-    files = [shard.file for shard in named]
-    index = _index(head[0], HeaderOwners(named), INDEX_FILE, files)
-    return ShardIndex(index.weight_map, index.total_size, from_headers=True), named
+    return _from_headers(head[0], HeaderOwners(named), named), named
 
 
 def parsed_as_assumed(text: str, assumed: ShardIndex, named: Sequence[ShardHeader]) -> bool:
@@ -207,12 +205,9 @@ def _keys_may_be_sorted(raw: bytes, cut: int, least: str) -> bool:
     first = raw.find(_ENTRY, cut + 1)
     if first < 0:
         return True  # no entry where the writer puts them: the proof decides
-    try:
-        spelled = least.encode()
-    except UnicodeEncodeError:  # a lone surrogate: orjson cannot write it, so no proof holds
-        return False
     key = _key_at(raw, first + len(_ENTRY))
-    if key is not None and key != spelled:
+    # a header name holds no lone surrogate (the header parse refuses one), so it encodes
+    if key is not None and key != least.encode():
         return False
     end = raw.find(b"\n  }", first)
     end = len(raw) if end < 0 else end
@@ -260,11 +255,18 @@ def proven_index(
     """:func:`index_of_headers`' answer for an index :func:`written_index` proves: the shard
     names checked, ``metadata.total_size`` read. ``weight_map`` is that proof's mapping, or a
     :class:`HeaderOwners` of ``named`` that stands for it."""
-    files = [shard.file for shard in named]
-    index = _index(rest, weight_map, INDEX_FILE, files)
     tail = "\n" if raw.endswith(b"\n") else ""  # the proof allows this one, or none
     derived = DerivedIndex(rest=rest, tail=tail) if _dumps_writes_the_same(raw, rest) else None
-    return ShardIndex(index.weight_map, index.total_size, from_headers=True), list(named), derived
+    return _from_headers(rest, weight_map, named), list(named), derived
+
+
+def _from_headers(
+    rest: dict[str, Any], weight_map: Mapping[str, str], named: Sequence[ShardHeader]
+) -> ShardIndex:
+    """The index whose weight_map is ``named``'s header names -> shard, in their order: the
+    shard names checked, ``metadata.total_size`` read from ``rest``."""
+    index = _index(rest, weight_map, INDEX_FILE, [shard.file for shard in named])
+    return ShardIndex(index.weight_map, index.total_size, from_headers=True)
 
 
 _NAME = itemgetter(0)
