@@ -24,6 +24,15 @@ _T = TypeVar("_T")
 _LENGTH = 8
 """Each value is sent as its pickle's length (8 bytes, little-endian), then the pickle."""
 
+_running: set[int] = set()
+"""The children started and not yet closed, by pid."""
+
+
+def running() -> int:
+    """How many children are started and not yet closed: each is taken to keep a CPU busy
+    (one whose work is done waits, idle, for its values to be read)."""
+    return len(_running)
+
 
 class Aside(Generic[_T]):
     """The values ``work()`` yields, worked out in a forked child where that is safe (see
@@ -34,6 +43,8 @@ class Aside(Generic[_T]):
         self._child: tuple[int, BinaryIO] | None = None
         if fork and can_fork():
             self._child = _start(work)
+            if self._child is not None:
+                _running.add(self._child[0])
 
     @property
     def forked(self) -> bool:
@@ -61,6 +72,7 @@ class Aside(Generic[_T]):
             return
         pid, pipe = self._child
         self._child = None
+        _running.discard(pid)
         pipe.close()  # a child writing now meets a closed pipe and ends
         try:
             if os.waitpid(pid, os.WNOHANG) == (0, 0):

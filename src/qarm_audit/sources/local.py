@@ -36,6 +36,7 @@ from .index import (
     proven_index,
     written_index,
 )
+from .shard_reads import read_headers
 
 DOCUMENT_CAP = 256 * 1024 * 1024
 """Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
@@ -296,18 +297,26 @@ def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:
     by name: what an index usually names, read before the index is parsed so that
     :func:`index_of_headers` can prove the two agree. A file that does not read is left out
     here; if the index names it, it is read again in the index's order and refused there."""
-    read: dict[str, ShardHeader] = {}
     try:
         found = sorted(p.name for p in root.glob("*.safetensors"))
     except OSError:
-        return read
+        return {}
+    shards: list[tuple[str, Path]] = []
     for file in found:
         try:
             if _present(root / file, file):
-                read[file] = read_local_shard(_contained(root / file, allowed, file), file)
+                shards.append((file, _contained(root / file, allowed, file)))
         except QarmError:
             continue
-    return read
+    return {
+        file: header
+        for file, header in read_headers(shards, _read_shard)
+        if isinstance(header, ShardHeader)
+    }
+
+
+def _read_shard(path: Path, file: str) -> ShardHeader:
+    return read_local_shard(path, file)
 
 
 def _checkpoint(

@@ -1,0 +1,191 @@
+"""A folder's shard headers read by forked copies of the process alongside it
+(``sources/shard_reads.py``): every header, and every error, is what the process reading them
+all itself gives, whichever copy read it and however a copy ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import write_safetensors
+from qarm_audit.sources import shard_reads
+from qarm_audit.sources.checkpoint import ShardHeader
+from qarm_audit.sources.local import read_local_shard
+from qarm_audit.sources.shard_reads import read_headers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import synthetic
+
+COMPARED = """
+import os, signal, sys
+from pathlib import Path
+from qarm_audit.sources.local import read_local_shard
+from qarm_audit.sources.shard_reads import read_headers
+
+root = Path(sys.argv[1])
+shards = [(p.name, p) for p in sorted(root.glob("*.safetensors"))]
+parent = os.getpid()
+here = []
+
+def read(path, file):
+    if os.getpid() == parent:
+        here.append(file)
+    return read_local_shard(path, file)
+
+def outcome(copies, reader=read):
+    here.clear()
+    return [
+        (file, got if not isinstance(got, Exception) else f"{type(got).__name__}: {got}")
+        for file, got in read_headers(shards, reader, copies=copies)
+    ]
+
+itself = outcome(0)
+assert here == [f for f, _ in shards]
+files = [f for f, _ in shards]
+assert [f for f, _ in itself] == files
+assert any(isinstance(h, str) for _, h in itself), "a shard that does not read"
+for copies in (1, 3):
+    assert outcome(copies) == itself, copies
+    # the copies read the later runs: here only the first run, and the shard that does not
+    # read wherever a copy met it (read again here, for its error)
+    first = files[: len(files) // (copies + 1)]
+    assert here[: len(first)] == first and set(here[len(first):]) <= {"0013-broken.safetensors"}
+    assert len(here) < len(files), here
+
+def dying(at):
+    def read_or_die(path, file):
+        if os.getpid() != parent and file == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return read(path, file)
+    return read_or_die
+
+def failing(path, file):
+    if os.getpid() != parent:
+        raise RuntimeError("not a QarmError: the copy ends")
+    return read(path, file)
+
+later = files[-3]
+assert outcome(1, dying(later)) == itself
+assert later in here and files[-1] in here, here  # the rest of its run, read here
+assert outcome(2, failing) == itself
+assert here == files[: len(here)] and len(here) == len(files), here
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
+def test_headers_read_by_copies_are_the_headers_read_here(tmp_path: Path) -> None:
+    """In a process of its own (a fork needs the only thread): 24 shards read by the process
+    alone, then with one and three copies, and with copies that die or fail part way, give
+    the same headers and the same error, in the same order. The shards hold names with a line
+    break, a quote and non-ASCII (the copies join names by line breaks where none holds one),
+    metadata, no tensor at all, and one shard does not read."""
+    root = tmp_path / "shards"
+    root.mkdir()
+    for number in range(24):
+        names = {
+            f"model.layers.{number}.mlp.down_proj.weight": ("F8_E4M3", [4, 8]),
+            f"model.layers.{number}.mlp.down_proj.weight_scale": ("F32", []),
+        }
+        if number == 20:  # in a copy's run
+            names = {"odd\nname.weight": ("BF16", [2]), 'q"uote.w': ("I8", [3]), "é.x": ("U8", [])}
+        if number == 17:
+            names = {}
+        write_safetensors(
+            root / f"{number:04d}-of.safetensors",
+            names,
+            metadata={"format": "pt"} if number % 2 else None,
+        )
+    (root / "0013-broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARED, str(root)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
+AUDITED = """
+import sys
+from qarm_audit import audit
+from qarm_audit.report.render_json import render_json
+from qarm_audit.sources import shard_reads
+from qarm_audit.sources.checkpoint import ShardHeader
+from qarm_audit.sources.local import read_local_shard
+
+copied = []
+sent = shard_reads._sent
+start = shard_reads.Aside
+def watched_aside(work):
+    copied.append(work)
+    return start(work)
+shard_reads.Aside = watched_aside
+
+for root in sys.argv[1:]:
+    shard_reads.MAX_COPIES = 0
+    itself = render_json(audit(root))
+    assert copied == []
+    shard_reads.MAX_COPIES = 7
+    aside = render_json(audit(root))
+    assert copied and all(w.func is sent for w in copied), copied
+    copied.clear()
+    assert aside == itself, root
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
+def test_the_audit_with_headers_read_by_copies_is_the_audit_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The benchmark's two MoE checkpoints in 18 shards each: the whole report is
+    byte-identical with the headers read by copies and by the process alone."""
+    monkeypatch.setitem(
+        synthetic.SHAPES, "tiny-shards", replace(synthetic.SHAPES["tiny"], per_shard=20)
+    )
+    roots = []
+    for family in ("modelopt", "compressed-tensors"):
+        roots.append(tmp_path / family)
+        _count, files = synthetic.write_folder("tiny-shards", roots[-1], family, 40)
+        assert files >= 16
+    done = subprocess.run(
+        [sys.executable, "-c", AUDITED, *map(str, roots)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
+def test_copies_one_per_cpu_left_free_and_none_for_few_shards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: set(range(4)))
+    monkeypatch.setattr(shard_reads, "running", lambda: 0)
+    assert shard_reads._copies(200) == 3
+    assert shard_reads._copies(16) == 1  # eight shards each at least
+    assert shard_reads._copies(15) == 0
+    monkeypatch.setattr(shard_reads, "running", lambda: 1)  # a copy already at work
+    assert shard_reads._copies(200) == 2
+    monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: {0})
+    assert shard_reads._copies(200) == 0
+
+
+def test_without_copies_every_shard_is_read_here_in_order(tmp_path: Path) -> None:
+    for number in range(3):
+        write_safetensors(tmp_path / f"{number}.safetensors", {"a.weight": ("F32", [number])})
+    shards = [(p.name, p) for p in sorted(tmp_path.glob("*.safetensors"))]
+    seen: list[str] = []
+
+    def read(path: Path, file: str) -> ShardHeader:
+        seen.append(file)
+        return read_local_shard(path, file)
+
+    got = list(read_headers(shards, read, copies=0))
+    assert [file for file, _ in got] == seen == [file for file, _ in shards]
+    assert [h.tensors[0].shape for _, h in got if isinstance(h, ShardHeader)] == [(0,), (1,), (2,)]
