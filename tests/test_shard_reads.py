@@ -163,8 +163,10 @@ def test_the_audit_with_headers_read_by_copies_is_the_audit_without(
 
 
 def test_copies_one_per_cpu_left_free_and_none_for_few_shards(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for limit in ("CPU_MAX", "CFS_QUOTA", "CFS_PERIOD"):  # no quota, whatever the machine's
+        monkeypatch.setattr(shard_reads, limit, tmp_path / limit)
     monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: set(range(4)))
     monkeypatch.setattr(shard_reads, "running", lambda: 0)
     assert shard_reads._copies(200) == 3
@@ -174,6 +176,36 @@ def test_copies_one_per_cpu_left_free_and_none_for_few_shards(
     assert shard_reads._copies(200) == 2
     monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: {0})
     assert shard_reads._copies(200) == 0
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "v1", "cpus"),
+    [
+        ("150000 100000\n", None, 2),  # docker --cpus=1.5, cgroup v2: rounded up
+        ("max 100000\n", None, 8),  # no quota
+        (None, ("100000", "100000"), 1),  # cgroup v1
+        (None, ("-1", "100000"), 8),  # v1, no quota
+        (None, None, 8),  # neither readable
+        ("1600000 100000\n", None, 8),  # a quota above the CPUs the process may use
+    ],
+)
+def test_a_containers_cpu_quota_bounds_the_copies(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cpu_max: str | None,
+    v1: tuple[str, str] | None,
+    cpus: int,
+) -> None:
+    monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(shard_reads, "CPU_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(shard_reads, "CFS_QUOTA", tmp_path / "quota")
+    monkeypatch.setattr(shard_reads, "CFS_PERIOD", tmp_path / "period")
+    if cpu_max is not None:
+        (tmp_path / "cpu.max").write_text(cpu_max)
+    if v1 is not None:
+        (tmp_path / "quota").write_text(v1[0])
+        (tmp_path / "period").write_text(v1[1])
+    assert shard_reads._cpus() == cpus
 
 
 def test_without_copies_every_shard_is_read_here_in_order(tmp_path: Path) -> None:

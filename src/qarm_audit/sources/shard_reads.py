@@ -62,12 +62,38 @@ def read_headers(
 
 
 def _copies(shards: int) -> int:
+    free = _cpus() - 1 - running()
+    return max(0, min(free, MAX_COPIES, shards // MIN_SHARDS_PER_READER - 1))
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on, no more than a container's CPU quota allows."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    free = cpus - 1 - running()
-    return max(0, min(free, MAX_COPIES, shards // MIN_SHARDS_PER_READER - 1))
+    quota = _cpu_quota()
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CFS_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+CFS_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+
+
+def _cpu_quota() -> int | None:
+    """The CPU quota of the cgroup a container sees as its own (``docker --cpus``: cgroup v2's
+    ``cpu.max``, v1's CFS quota and period), in whole CPUs rounded up; None where there is
+    none or it cannot be read. The CPUs the process may run on do not show it."""
+    try:
+        if CPU_MAX.exists():
+            quota, _, period = CPU_MAX.read_text().partition(" ")
+        else:
+            quota, period = CFS_QUOTA.read_text(), CFS_PERIOD.read_text()
+        allowed, each = int(quota), int(period)
+    except (OSError, ValueError):  # "max": no quota
+        return None
+    return -(-allowed // each) if allowed > 0 and each > 0 else None
 
 
 def _runs(total: int, readers: int) -> list[int]:
