@@ -19,9 +19,9 @@ from qarm_audit.sources.aside import CheckAside
 from test_index_of_headers import DISAGREEING, FIRST, INDEX, SECOND, TWO, folder, hub_index
 
 FORKED = """
-import os, signal, sys
+import os, signal, sys, time
 from qarm_audit.errors import QarmError
-from qarm_audit.sources.aside import Aside, CheckAside, can_fork
+from qarm_audit.sources.aside import LATE, Aside, CheckAside, can_fork
 
 assert can_fork(), "one thread, on Linux"
 parent = os.getpid()
@@ -33,24 +33,46 @@ def answering(answer):
         return answer
     return check
 
+def answered(aside):
+    # the child's answer is taken once it is there (the check yields its CPU meanwhile)
+    while not aside.ready():
+        time.sleep(0.01)
+    return aside
+
 for answer in (True, False):
-    aside = CheckAside(answering(answer))
+    aside = answered(CheckAside(answering(answer)))
     assert aside.forked
     assert aside.answer() is answer and aside.answer() is answer
 assert asked == [], "answered by the child"
+
+# the child runs at the lowest priority: at the nice value LATE above this process's
+nice = os.nice(0)
+niced = answered(CheckAside(lambda: os.nice(0) == min(nice + LATE, 19)))
+assert niced.answer() is True and asked == []
+
+# an answer not there when asked is not waited for: the child is stopped, the check runs here
+def slow():
+    if os.getpid() != parent:
+        time.sleep(30)
+    return answering(True)()
+
+started = time.monotonic()
+assert CheckAside(slow).answer() is True and asked == [parent]
+assert time.monotonic() - started < 20
+asked.clear()
 
 def dying():
     if os.getpid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)
     return True
 
-assert CheckAside(dying).answer() is True
+assert answered(CheckAside(dying)).answer() is True
 
 def failing():
     raise QarmError("x", "the check's own failure")
 
 try:
-    CheckAside(failing).answer()
+    answered(CheckAside(failing)).answer()
 except QarmError as exc:
     assert "the check's own failure" in str(exc)
 else:

@@ -6,13 +6,17 @@ headers: a copy of the process works it out on another CPU meanwhile. The copy s
 object the process holds at the fork, so nothing is sent to it; it sends back what it worked
 out, pickled. What it sends is what the same work gives here: where the copy cannot be made
 or gives nothing, the caller does the work itself, so what the audit reports never depends on
-whether it ran aside, or on timing.
+whether it ran aside, or on timing. A check whose answer is wanted only at the end
+(:class:`CheckAside`) runs at the lowest priority, so that copies whose values are wanted
+sooner take the free CPUs first, and is never waited for: not answered when asked, it is
+worked out here.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -39,10 +43,13 @@ class Aside(Generic[_T]):
     :func:`can_fork`); :meth:`next` waits for the next one. No child, or one that ended or
     failed before a value, gives None for it: the caller then works it out itself."""
 
-    def __init__(self, work: Callable[[], Iterable[_T]], *, fork: bool = True) -> None:
+    def __init__(
+        self, work: Callable[[], Iterable[_T]], *, fork: bool = True, nice: int = 0
+    ) -> None:
+        """``nice``: added to the child's nice value, for work whose value is wanted late."""
         self._child: tuple[int, BinaryIO] | None = None
         if fork and can_fork():
-            self._child = _start(work)
+            self._child = _start(work, nice)
             if self._child is not None:
                 _running.add(self._child[0])
 
@@ -50,6 +57,16 @@ class Aside(Generic[_T]):
     def forked(self) -> bool:
         """Whether a child was started (and has not been stopped yet)."""
         return self._child is not None
+
+    def ready(self) -> bool:
+        """Whether :meth:`next` would not wait: a value (or the child's end) is there."""
+        if self._child is None:
+            return True
+        try:
+            readable, _, _ = select.select([self._child[1]], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     def next(self) -> _T | None:
         if self._child is None:
@@ -83,24 +100,35 @@ class Aside(Generic[_T]):
 
 
 class CheckAside:
-    """A yes-or-no ``check()`` run aside (:class:`Aside`); :meth:`answer` waits for it, and
-    runs it here where the child gave no answer. Asked once, the answer is kept."""
+    """A yes-or-no ``check()`` run aside (:class:`Aside`) whose answer is wanted only at the
+    end: the child yields its CPU to the process and to copies whose values are wanted
+    sooner (the highest nice value), and :meth:`answer` takes the child's answer where it is
+    there, else stops the child and runs the check here (a child starved by a busy machine
+    is never waited for). Asked once, the answer is kept."""
 
     def __init__(self, check: Callable[[], bool], *, fork: bool = True) -> None:
         self._check = check
         self._answer: bool | None = None
-        self._aside: Aside[bool] = Aside(lambda: (check(),), fork=fork)
+        self._aside: Aside[bool] = Aside(lambda: (check(),), fork=fork, nice=LATE)
 
     @property
     def forked(self) -> bool:
         return self._aside.forked
 
+    def ready(self) -> bool:
+        """Whether the child has answered (or ended): :meth:`answer` would take its answer."""
+        return self._aside.ready()
+
     def answer(self) -> bool:
         if self._answer is None:
-            answered = self._aside.next()
+            answered = self._aside.next() if self._aside.ready() else None
             self._aside.close()
             self._answer = self._check() if not isinstance(answered, bool) else answered
         return self._answer
+
+
+LATE = 19
+"""The nice value added to a child whose answer is wanted only at the end."""
 
 
 def can_fork() -> bool:
@@ -115,7 +143,7 @@ def can_fork() -> bool:
     )
 
 
-def _start(work: Callable[[], Iterable[object]]) -> tuple[int, BinaryIO] | None:
+def _start(work: Callable[[], Iterable[object]], nice: int) -> tuple[int, BinaryIO] | None:
     read_end, write_end = os.pipe()
     try:
         pid = os.fork()
@@ -127,6 +155,8 @@ def _start(work: Callable[[], Iterable[object]]) -> tuple[int, BinaryIO] | None:
         code = 1
         try:
             os.close(read_end)
+            if nice:
+                os.nice(nice)
             with os.fdopen(write_end, "wb") as pipe:
                 for value in work():
                     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
