@@ -45,6 +45,7 @@ from ..findings import Finding, Severity, finding
 from ..layers import (
     LayerTree,
     build_tree,
+    engine_rename,
     layer_facts,
     mark_transforms,
     read_model_config,
@@ -68,6 +69,7 @@ from ..report.model import (
 )
 from ..report.policy import IgnoreRule, apply_ignores
 from ..resolve import resolve
+from ..resolve.matching_ahead import MatchingAhead, pattern_lists
 from ..resolve.producer import disagreements, producer_cannot_compile, producer_view
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
 from ..runtime import collector_paused, held
@@ -258,18 +260,30 @@ def _audit(
     findings.extend(declaration_refusals(profile, engine_declaration))
     findings.extend(unread_findings(checkpoint))
     tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
-    if modules is None:
-        modules = build_inventory(tensors)
-    model_config = read_model_config(checkpoint.documents)
     facts = layer_facts(profile)
-    tree = build_tree(modules, model_config, facts)
-    mark_unquantized_layers(profile, modules, model_config)
-    mark_transforms(modules, declaration.transform_leaves)
-    findings.extend(transforms_unapplied(profile, declaration, modules))
-    findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
-    findings.extend(tree_findings(tree))
-    findings.extend(completeness_refusals(modules, model_config))
-    findings.extend(unbuilt_bias_warnings(modules, model_config))
+    model_config = read_model_config(checkpoint.documents)
+    # the re: entries tried on every module name aside, while the modules are grouped
+    pattern_module = facts.pattern_module if facts is not None else "re"
+    rename = engine_rename(model_config, facts)
+    matching = MatchingAhead(
+        pattern_lists(declaration, engine_declaration, pattern_module) if modules is None else [],
+        tensors,
+        rename.module if rename is not None else None,
+    )
+    try:
+        if modules is None:
+            modules = build_inventory(tensors)
+        tree = build_tree(modules, model_config, facts)
+        mark_unquantized_layers(profile, modules, model_config)
+        mark_transforms(modules, declaration.transform_leaves)
+        findings.extend(transforms_unapplied(profile, declaration, modules))
+        findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
+        findings.extend(tree_findings(tree))
+        findings.extend(completeness_refusals(modules, model_config))
+        findings.extend(unbuilt_bias_warnings(modules, model_config))
+        matching.take()
+    finally:
+        matching.close()
     resolution = resolve(engine_declaration, modules, tree)
     memberships = resolution.memberships
     findings.extend(resolution.findings)

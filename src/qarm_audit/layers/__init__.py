@@ -15,7 +15,7 @@ from typing import Protocol
 from ..findings import Finding, finding
 from .facts import EngineFacts, load_facts
 from .model_config import ModelConfig, read_model_config
-from .tree import LayerTree, build_tree, mark_transforms
+from .tree import LayerTree, build_tree, engine_rename, mark_transforms
 
 
 class _NamesFacts(Protocol):
@@ -39,6 +39,7 @@ __all__ = [
     "LayerTree",
     "ModelConfig",
     "build_tree",
+    "engine_rename",
     "layer_facts",
     "mark_transforms",
     "read_model_config",

@@ -49,6 +49,12 @@ class LayerTree:
         return self.rename.module(name) if self.rename else name
 
 
+def engine_rename(config: ModelConfig, facts: EngineFacts | None) -> Rename | None:
+    """The renames :func:`build_tree` gives the tree: known before the modules are."""
+    arch = facts.architectures.get(config.architecture) if facts is not None else None
+    return (arch.rename or None) if arch is not None else None
+
+
 def build_tree(
     modules: Mapping[str, ModuleInfo], config: ModelConfig, facts: EngineFacts | None
 ) -> LayerTree:
@@ -76,7 +82,7 @@ def build_tree(
         True,
         cite=arch.cite,
         has_mapper=arch.has_mapper,
-        rename=arch.rename or None,
+        rename=engine_rename(config, facts),
         pattern_module=facts.pattern_module,
     )
 

@@ -42,6 +42,19 @@ def resolve_compressed_tensors(
     return CompressedTensorsResolver(rules, modules, tree).run()
 
 
+def engine_regex(
+    rules: CompressedTensorsRules, pattern_module: str = "re"
+) -> tuple[list[str], list[str]]:
+    """The ``ignore`` and ``targets`` ``re:`` entries, in declaration order, as the engine
+    compiles them: vLLM compiles them with the ``regex`` module from some release on, and
+    reads them as that module does (:func:`regex_module_form`)."""
+    form: Callable[[str], str] = regex_module_form if pattern_module == "regex" else str
+    return (
+        [form(i[3:]) for i in rules.ignore if i.startswith("re:")],
+        [form(t[3:]) for t in rules.targets if t.startswith("re:")],
+    )
+
+
 def _fused_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, ModuleInfo]:
     """The modules of every engine layer that a fused module's engine name names (the fused
     shards, and any module of that very name), in inventory order."""
@@ -64,18 +77,15 @@ class CompressedTensorsResolver:
         self.path = tree.engine_path if tree is not None and tree.rename else None
         """The engine's name for a checkpoint layer: vLLM tests ``re:`` entries on its own
         layer names, and exact entries after mapping them the same way."""
-        # vLLM compiles re: entries with the regex module: read them as it does
-        form: Callable[[str], str] = str
-        if tree is not None and tree.pattern_module == "regex":
-            form = regex_module_form
         ignore_names = [i for i in rules.ignore if not i.startswith("re:")]
         self.ignore_exact = set(ignore_names)
         self.ignore_regex_src = [i[3:] for i in rules.ignore if i.startswith("re:")]
-        self.ignore_regex = FirstMatch([form(p) for p in self.ignore_regex_src], "ignore")
+        ignore_regex, target_regex = engine_regex(rules, tree.pattern_module if tree else "re")
+        self.ignore_regex = FirstMatch(ignore_regex, "ignore")
         targets = list(rules.targets)
         self.target_exact = {t: i for i, t in enumerate(targets) if not t.startswith("re:")}
         self.regex_targets = [(i, t) for i, t in enumerate(targets) if t.startswith("re:")]
-        self.target_regex = FirstMatch([form(t[3:]) for _, t in self.regex_targets], "targets")
+        self.target_regex = FirstMatch(target_regex, "targets")
         self.targets = targets
         self.made: dict[tuple[int, str], Membership] = {}
         """One membership per target and way it matched (a MoE's experts share one)."""

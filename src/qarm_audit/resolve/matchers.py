@@ -280,6 +280,21 @@ class _PatternSet:
             key = tuple(numbers)
             memo[todo[owner]] = shared.setdefault(key, (key, ()))
 
+    def worked_out(self, names: list[str]) -> list[_Outcome | None]:
+        """What each of ``names`` matches, as :meth:`prime` works it out (None for a name it
+        leaves to :meth:`outcome`): for :meth:`learn` in another process."""
+        self.prime(names)
+        return list(map(self.memo.get, names))
+
+    def learn(self, names: list[str], outcomes: list[_Outcome | None]) -> None:
+        """Take what :meth:`worked_out` gave for ``names`` (on the same patterns) as known."""
+        if len(self.memo) + len(names) > MEMO_CAP:
+            return
+        if None in outcomes:
+            self.memo.update((n, o) for n, o in zip(names, outcomes, strict=True) if o is not None)
+        else:
+            self.memo.update(zip(names, outcomes, strict=True))  # type: ignore[arg-type]
+
     def _candidates_of_all(self, names: list[str]) -> dict[int, list[int]]:
         """Pattern number -> the names (by place, ascending) that could match it: those
         holding its longest literal, found by one Aho-Corasick pass over the names joined by
@@ -377,6 +392,8 @@ class FirstMatch:
         """:meth:`first` of each of ``names``, worked out once per distinct outcome (a MoE's
         names share a few); None where :meth:`first` raises for some name (asked name by
         name in the caller's order, it then raises the refusal the caller meets first)."""
+        if not self.patterns:  # an ignore list of exact names only: nothing to try
+            return [None] * len(names)
         shared = self.shared
         known = list(map(shared.memo.get, names))
         if None in known:  # not every name known yet (a second asker finds them all)
