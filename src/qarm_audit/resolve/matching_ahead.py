@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..declarations import Declaration
+from ..errors import PatternError
 from ..sources.aside import Aside
 from ..sources.checkpoint import TensorEntry
 from .compressed_tensors import engine_regex
@@ -66,8 +67,15 @@ class MatchingAhead:
             lists = list(dict.fromkeys((patterns, where, False) for patterns, where, _ in lists))
         self._lists = lists
         self._aside: Aside[_Worked] | None = None
-        if lists and len(tensors) >= AHEAD_MIN_TENSORS:
-            self._aside = Aside(lambda: _worked_out(lists, tensors, path))
+        if not lists or len(tensors) < AHEAD_MIN_TENSORS:
+            return
+        try:
+            # planned here, as the audit would plan them later: the copy starts on the names
+            for patterns, where, _ in lists:
+                FirstMatch(patterns, where)
+        except PatternError:
+            return  # refused: the resolver meets the same refusal where it always does
+        self._aside = Aside(lambda: _worked_out(lists, tensors, path))
 
     def take(self) -> None:
         """Each pattern set learns what the copy worked out (nothing where it gave nothing)."""
