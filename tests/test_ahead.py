@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from processes import AUDIT_OUTCOME, run_alone
 
 PRODUCERS = Path(__file__).resolve().parent.parent / "fixtures" / "producers"
 FOLDERS = (
@@ -20,13 +21,12 @@ FOLDERS = (
     "transformers-bnb-nf4-llama",
 )
 
-AHEAD_OR_NOT = """
+AHEAD_OR_NOT = (
+    AUDIT_OUTCOME
+    + """
 import sys
-from qarm_audit import audit
 from qarm_audit.commands import ahead
 from qarm_audit.declarations import read_declaration
-from qarm_audit.errors import QarmError
-from qarm_audit.report.render_json import render_json
 
 started = []
 start = ahead.AuditAhead.start
@@ -36,12 +36,6 @@ def watched_start(self, documents):
     started.append(self._aside is not None and self._aside.forked)
 
 ahead.AuditAhead.start = watched_start
-
-def outcome(root):
-    try:
-        return render_json(audit(root))
-    except QarmError as exc:
-        return f"{type(exc).__name__}: {exc}"
 
 for root in sys.argv[1:]:
     ahead.AHEAD_MIN_BYTES = 1 << 62
@@ -63,6 +57,7 @@ assert early.declaration(other) == read_declaration(other) != read_declaration(f
 assert early.declaration(first) == read_declaration(first)
 early.close()
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
@@ -79,14 +74,8 @@ def test_the_audit_with_the_declaration_parsed_ahead_is_the_audit_without(tmp_pa
     config = json.loads((broken / "config.json").read_text())
     config["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = "four"
     (broken / "config.json").write_text(json.dumps(config))
-    done = subprocess.run(
-        [sys.executable, "-c", AHEAD_OR_NOT, *map(str, roots), str(broken)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    out = run_alone(AHEAD_OR_NOT, *map(str, roots), str(broken))
+    lines = dict(line.split(" ", 1) for line in out.splitlines())
     assert lines.keys() == {*FOLDERS, "broken-declaration"}
     assert all(lines[folder].startswith("{") for folder in FOLDERS)
     assert lines["broken-declaration"].startswith("DeclarationError")

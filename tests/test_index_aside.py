@@ -4,13 +4,13 @@ every error are what reading first and auditing after give, whichever way the pr
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import write_safetensors
+from processes import run_alone
 from qarm_audit import audit
 from qarm_audit.errors import QarmError
 from qarm_audit.report.render_json import render_json
@@ -108,11 +108,7 @@ def test_the_answer_comes_from_a_forked_child_or_is_found_here() -> None:
     """In a process of its own, where this is the only thread (a test process may have others,
     and then no child is forked): answered by the child; a child that dies or fails leaves the
     check to run here, with its own answer or error."""
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "ok\n"
+    assert run_alone(FORKED, timeout=120) == "ok\n"
 
 
 def test_without_a_fork_the_check_runs_here_once() -> None:

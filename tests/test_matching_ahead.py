@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import write_safetensors
+from processes import AUDIT_OUTCOME, run_alone
 from qarm_audit.declarations import read_declaration
 from qarm_audit.resolve.matching_ahead import pattern_lists
 from qarm_audit.sources.local import read_local_shard
@@ -23,11 +23,10 @@ import synthetic
 
 PRODUCERS = Path(__file__).resolve().parent.parent / "fixtures" / "producers"
 
-AHEAD_OR_NOT = """
+AHEAD_OR_NOT = (
+    AUDIT_OUTCOME
+    + """
 import sys
-from qarm_audit import audit
-from qarm_audit.errors import QarmError
-from qarm_audit.report.render_json import render_json
 from qarm_audit.resolve import matchers, matching_ahead
 
 primed = []  # names the process itself worked out, pattern set by pattern set
@@ -38,20 +37,15 @@ def watched(self, names):
     prime(self, names)
 matchers._PatternSet.prime = watched
 
-def outcome(root):
-    matchers._pattern_set.cache_clear()  # nothing known from the audit before
-    try:
-        return render_json(audit(root))
-    except QarmError as exc:
-        return f"{type(exc).__name__}: {exc}"
-
 for root in sys.argv[1:]:
     matching_ahead.AHEAD_MIN_TENSORS = 1 << 62
     primed.clear()
+    matchers._pattern_set.cache_clear()  # nothing known from the audit before
     itself = outcome(root)
     worked_here = sum(primed)
     matching_ahead.AHEAD_MIN_TENSORS = 0
     primed.clear()
+    matchers._pattern_set.cache_clear()
     aside = outcome(root)
     assert aside == itself, root
     name = root.rsplit("/", 1)[1]
@@ -60,6 +54,7 @@ for root in sys.argv[1:]:
         assert worked_here > 0 and sum(primed) == 0, (name, worked_here, primed)
     print(name, aside[:40].replace("\\n", " "))
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
@@ -85,14 +80,7 @@ def test_the_audit_with_names_matched_aside_is_the_audit_without(tmp_path: Path)
     shard = roots[-1] / "model.safetensors"
     tensors = {e.name: (e.dtype, e.shape) for e in read_local_shard(shard, shard.name).tensors}
     write_safetensors(shard, {**tensors, "a": ("F32", [1]), ".a": ("F32", [1])})
-    done = subprocess.run(
-        [sys.executable, "-c", AHEAD_OR_NOT, *map(str, roots)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_alone(AHEAD_OR_NOT, *map(str, roots)).splitlines()
     assert [line.split()[0] for line in lines] == [root.name for root in roots]
     assert '"verdict"' in lines[0] and "catastrophic" in lines[3], lines
     assert "IntegrityError" in lines[4], lines

@@ -4,7 +4,6 @@ all itself gives, whichever copy read it and however a copy ends."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_safetensors
+from processes import run_alone
 from qarm_audit.sources import shard_reads
 from qarm_audit.sources.checkpoint import ShardHeader
 from qarm_audit.sources.local import read_local_shard
@@ -102,11 +102,7 @@ def test_headers_read_by_copies_are_the_headers_read_here(tmp_path: Path) -> Non
             metadata={"format": "pt"} if number % 2 else None,
         )
     (root / "0013-broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
-    done = subprocess.run(
-        [sys.executable, "-c", COMPARED, str(root)], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "ok\n"
+    assert run_alone(COMPARED, str(root)) == "ok\n"
 
 
 AUDITED = """
@@ -114,8 +110,6 @@ import sys
 from qarm_audit import audit
 from qarm_audit.report.render_json import render_json
 from qarm_audit.sources import shard_reads
-from qarm_audit.sources.checkpoint import ShardHeader
-from qarm_audit.sources.local import read_local_shard
 
 copied = []
 sent = shard_reads._sent
@@ -152,14 +146,7 @@ def test_the_audit_with_headers_read_by_copies_is_the_audit_without(
         roots.append(tmp_path / family)
         _count, files = synthetic.write_folder("tiny-shards", roots[-1], family, 40)
         assert files >= 16
-    done = subprocess.run(
-        [sys.executable, "-c", AUDITED, *map(str, roots)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "ok\n"
+    assert run_alone(AUDITED, *map(str, roots)) == "ok\n"
 
 
 def test_copies_one_per_cpu_left_free_and_none_for_few_shards(
