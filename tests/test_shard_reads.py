@@ -24,6 +24,7 @@ import synthetic
 COMPARED = """
 import os, signal, sys
 from pathlib import Path
+from qarm_audit.sources import shard_reads
 from qarm_audit.sources.local import read_local_shard
 from qarm_audit.sources.shard_reads import read_headers
 
@@ -37,12 +38,26 @@ def read(path, file):
         here.append(file)
     return read_local_shard(path, file)
 
-def outcome(copies, reader=read):
+def open_ends():
+    return sorted(os.listdir("/proc/self/fd"))
+
+def outcome(copies, reader=read, alone=True, **standing):
     here.clear()
-    return [
+    ends = open_ends()
+    got = [
         (file, got if not isinstance(got, Exception) else f"{type(got).__name__}: {got}")
-        for file, got in read_headers(shards, reader, copies=copies)
+        for file, got in read_headers(shards, reader, copies=copies, **standing)
     ]
+    if not alone:  # another child of the script's own is still there
+        return got
+    assert open_ends() == ends, "a pipe left open"
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:  # none: every copy, given work or dismissed, ended and was reaped
+        pass
+    else:
+        raise AssertionError("a copy left behind")
+    return got
 
 itself = outcome(0)
 assert here == [f for f, _ in shards]
@@ -74,6 +89,71 @@ assert outcome(1, dying(later)) == itself
 assert later in here and files[-1] in here, here  # the rest of its run, read here
 assert outcome(2, failing) == itself
 assert here == files[: len(here)] and len(here) == len(files), here
+
+def free_after(shards_read):
+    return lambda: int(len(here) >= shards_read)
+
+# a copy on standby, given the back of what is left once a CPU is free: after 3 shards here,
+# 11 of the 22 left (the one that does not read is the last of the process's)
+assert outcome(0, standbys=1, free=free_after(3)) == itself
+assert here == files[:14] and files[13] == "0013-broken.safetensors", here
+# two, each given the back half of what is left when asked, the later one nearer the front:
+# 12 after the first shard, 6 after the second (the one that does not read, read again here)
+shard_reads.MIN_SHARDS_PER_READER = 4
+assert outcome(0, standbys=2, free=lambda: 1) == itself
+assert here == files[:7] + ["0013-broken.safetensors"], here
+shard_reads.MIN_SHARDS_PER_READER = 8
+# never given work: dismissed, every shard read here
+assert outcome(0, standbys=2, free=lambda: 0) == itself
+assert here == files
+# beside a copy started at once, and a standby copy that dies or fails part way
+assert outcome(1, standbys=1, free=lambda: 1) == itself
+assert outcome(0, dying(files[20]), standbys=1, free=free_after(2)) == itself
+assert files[20] in here and files[-1] in here, here  # its run's rest, read here
+assert outcome(0, failing, standbys=1, free=free_after(2)) == itself
+assert here == files
+
+# a copy on standby is not at work until it is given work; one whose value waits in its pipe
+# is at work no more
+import time
+from qarm_audit.sources.aside import Aside, busy
+
+def waiting_for(end):
+    def work():
+        os.read(end, 1)
+        return iter(["done"])
+    return work
+
+go, release = os.pipe()
+standing = Aside(waiting_for(go), standby=True)
+assert standing.forked and busy() == 0
+standing.to_work()
+assert busy() == 1
+os.write(release, b"x")
+while not standing.ready():
+    time.sleep(0.001)
+assert busy() == 0
+assert standing.next() == "done"
+standing.close()
+
+# by default, a copy on standby for each copy at work now, given the back of what is left once
+# that copy's work is done
+shard_reads._cpus = lambda: 2
+other = Aside(waiting_for(go))
+assert other.forked and busy() == 1
+
+def read_freeing(path, file):
+    if os.getpid() == parent and len(here) == 2 and busy():
+        os.write(release, b"x")
+        while not other.ready():
+            time.sleep(0.001)
+        assert busy() == 0
+    return read(path, file)
+
+assert outcome(None, read_freeing, alone=False) == itself
+assert here == files[:14], here
+assert other.next() == "done"
+other.close()
 print("ok")
 """
 
@@ -81,10 +161,12 @@ print("ok")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
 def test_headers_read_by_copies_are_the_headers_read_here(tmp_path: Path) -> None:
     """In a process of its own (a fork needs the only thread): 24 shards read by the process
-    alone, then with one and three copies, and with copies that die or fail part way, give
-    the same headers and the same error, in the same order. The shards hold names with a line
-    break, a quote and non-ASCII (the copies join names by line breaks where none holds one),
-    metadata, no tensor at all, and one shard does not read."""
+    alone, then with one and three copies, with copies on standby given work as CPUs come
+    free or never, and with copies that die or fail part way, give the same headers and the
+    same error, in the same order; every copy has ended, and every pipe is closed, when the
+    reading does. The shards hold names with a line break, a quote and non-ASCII (the copies
+    join names by line breaks where none holds one), metadata, no tensor at all, and one shard
+    does not read."""
     root = tmp_path / "shards"
     root.mkdir()
     for number in range(24):
@@ -149,20 +231,13 @@ def test_the_audit_with_headers_read_by_copies_is_the_audit_without(
     assert run_alone(AUDITED, *map(str, roots)) == "ok\n"
 
 
-def test_copies_one_per_cpu_left_free_and_none_for_few_shards(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for limit in ("CPU_MAX", "CFS_QUOTA", "CFS_PERIOD"):  # no quota, whatever the machine's
-        monkeypatch.setattr(shard_reads, limit, tmp_path / limit)
-    monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: set(range(4)))
-    monkeypatch.setattr(shard_reads, "running", lambda: 0)
-    assert shard_reads._copies(200) == 3
-    assert shard_reads._copies(16) == 1  # eight shards each at least
-    assert shard_reads._copies(15) == 0
-    monkeypatch.setattr(shard_reads, "running", lambda: 1)  # a copy already at work
-    assert shard_reads._copies(200) == 2
-    monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: {0})
-    assert shard_reads._copies(200) == 0
+def test_copies_one_per_cpu_left_free_and_none_for_few_shards() -> None:
+    assert shard_reads._copies(200, 4, 0) == 3
+    assert shard_reads._copies(16, 4, 0) == 1  # eight shards each at least
+    assert shard_reads._copies(15, 4, 0) == 0
+    assert shard_reads._copies(200, 4, 1) == 2  # a copy already at work
+    assert shard_reads._copies(200, 1, 0) == 0
+    assert shard_reads._copies(2000, 64, 0) == 7
 
 
 @pytest.mark.parametrize(

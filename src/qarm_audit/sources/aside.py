@@ -28,14 +28,21 @@ _T = TypeVar("_T")
 _LENGTH = 8
 """Each value is sent as its pickle's length (8 bytes, little-endian), then the pickle."""
 
-_running: set[int] = set()
-"""The children started and not yet closed, by pid."""
+_running: dict[int, BinaryIO] = {}
+"""The children started and not yet closed: pid -> the pipe they send on."""
 
 
-def running() -> int:
-    """How many children are started and not yet closed: each is taken to keep a CPU busy
-    (one whose work is done waits, idle, for its values to be read)."""
-    return len(_running)
+def busy() -> int:
+    """How many children are at work: started, not yet closed, and with nothing sent yet. A
+    child sends once its work is done (every caller here works all out before sending), so
+    one whose pipe holds a value is taken to be idle, waiting for it to be read."""
+    if not _running:
+        return 0
+    try:
+        sent, _, _ = select.select(list(_running.values()), [], [], 0)
+    except (OSError, ValueError):
+        return len(_running)
+    return len(_running) - len(sent)
 
 
 class Aside(Generic[_T]):
@@ -44,14 +51,26 @@ class Aside(Generic[_T]):
     failed before a value, gives None for it: the caller then works it out itself."""
 
     def __init__(
-        self, work: Callable[[], Iterable[_T]], *, fork: bool = True, nice: int = 0
+        self,
+        work: Callable[[], Iterable[_T]],
+        *,
+        fork: bool = True,
+        nice: int = 0,
+        standby: bool = False,
     ) -> None:
-        """``nice``: added to the child's nice value, for work whose value is wanted late."""
+        """``nice``: added to the child's nice value, for work whose value is wanted late.
+        ``standby``: the work waits for the caller to give it its part (see
+        :meth:`to_work`); until then the child is not counted as at work (:func:`busy`)."""
         self._child: tuple[int, BinaryIO] | None = None
         if fork and can_fork():
             self._child = _start(work, nice)
-            if self._child is not None:
-                _running.add(self._child[0])
+            if self._child is not None and not standby:
+                self.to_work()
+
+    def to_work(self) -> None:
+        """The child is at work from now (for a child started on ``standby``)."""
+        if self._child is not None:
+            _running[self._child[0]] = self._child[1]
 
     @property
     def forked(self) -> bool:
@@ -89,7 +108,7 @@ class Aside(Generic[_T]):
             return
         pid, pipe = self._child
         self._child = None
-        _running.discard(pid)
+        _running.pop(pid, None)
         pipe.close()  # a child writing now meets a closed pipe and ends
         try:
             if os.waitpid(pid, os.WNOHANG) == (0, 0):

@@ -4,7 +4,10 @@ A million entries' headers take about a second of one CPU to parse, and each sha
 is parsed on its own. Where more CPUs are free, copies of the process (``aside.py``) each read
 and parse a run of the shards, exactly as the process would, and send each header back as
 columns: its names, dtypes, shapes and offsets. Turning those into the same
-:class:`ShardHeader` takes the process about a quarter of what parsing takes.
+:class:`ShardHeader` takes the process about a quarter of what parsing takes. A CPU that comes
+free while the process reads (a copy doing other work, such as parsing the declaration, has
+done it) is given the back of what the process has left, to a copy started before any header
+was read and waiting since.
 
 What is read never depends on the copies: a shard a copy could not read, and every shard of a
 copy that ended early, is read by the process itself, meeting any error where it would have.
@@ -13,14 +16,16 @@ copy that ended early, is read by the process itself, meeting any error where it
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import suppress
 from functools import partial
 from itertools import pairwise, repeat
 from pathlib import Path
 from typing import Any, TypeAlias
 
 from ..errors import QarmError
-from .aside import Aside, can_fork, running
+from .aside import Aside, busy, can_fork
 from .checkpoint import ShardHeader, TensorEntry
 
 MIN_SHARDS_PER_READER = 8
@@ -38,13 +43,24 @@ _Sent: TypeAlias = tuple[str, Any]
 
 
 def read_headers(
-    shards: Sequence[tuple[str, Path]], read: Read, *, copies: int | None = None
+    shards: Sequence[tuple[str, Path]],
+    read: Read,
+    *,
+    copies: int | None = None,
+    standbys: int | None = None,
+    free: Callable[[], int] | None = None,
 ) -> Iterator[tuple[str, ShardHeader | QarmError]]:
     """Each of ``shards`` (file, path) in order, with its header, or the error reading it gave.
 
-    ``copies``: how many forked copies read alongside the process (by default one per CPU
-    that neither this process nor another copy at work keeps busy, fewer for few shards)."""
-    wanted = _copies(len(shards)) if copies is None else copies
+    ``copies``: how many forked copies read a run each from the start (by default one per CPU
+    that neither this process nor a copy at work keeps busy, fewer for few shards).
+    ``standbys``: how many copies wait, started but idle, for a CPU to come free while the
+    process reads its own run (by default one per copy at work now: the CPU it keeps busy is
+    free once its work is done). ``free``: how many CPUs are free now (by default the CPUs
+    less this process and the copies at work), asked after each shard the process reads."""
+    cpus = _cpus()
+    at_work = busy()
+    wanted = _copies(len(shards), cpus, at_work) if copies is None else copies
     runs = _runs(len(shards), wanted + 1) if wanted > 0 and can_fork() else [len(shards)]
     bounds = [0]
     for length in runs:
@@ -52,8 +68,14 @@ def read_headers(
     parts = [list(shards[a:b]) for a, b in pairwise(bounds)]
     # the copies are started first, then the process reads its own run
     asides = [Aside(partial(_sent, part, read)) for part in parts[1:]]
+    waiting = min(at_work, MAX_COPIES - len(asides)) if standbys is None else standbys
     try:
-        yield from _read_here(parts[0], read)
+        yield from _read_sharing(
+            parts[0],
+            read,
+            free or (lambda: cpus - 1 - busy()),
+            waiting if can_fork() and len(parts[0]) >= 2 * MIN_SHARDS_PER_READER + 1 else 0,
+        )
         for part, aside in zip(parts[1:], asides, strict=True):
             yield from _received(part, aside, read)
     finally:
@@ -61,8 +83,87 @@ def read_headers(
             aside.close()
 
 
-def _copies(shards: int) -> int:
-    free = _cpus() - 1 - running()
+def _read_sharing(
+    part: Sequence[tuple[str, Path]],
+    read: Read,
+    free: Callable[[], int],
+    standbys: int,
+) -> Iterator[tuple[str, ShardHeader | QarmError]]:
+    """The process's own run, read here in order, but for the back of what is left each time
+    a CPU is free and the rest is long enough for two readers: a copy on standby, started
+    before any header was read (so that it shares none of them with the process, and the
+    process writes no page it shares), is given that back part. The later a copy is given
+    its part, the nearer the front that part: the parts are taken in order once the process
+    has read its own."""
+    waiting: list[_Standby] = []
+    for _ in range(standbys):
+        waiting.append(_Standby(part, read, [copy.orders for copy in waiting]))
+    given: list[tuple[Sequence[tuple[str, Path]], Aside[_Sent]]] = []
+    end = len(part)
+    try:
+        done = 0
+        while done < end:
+            yield from _read_here(part[done : done + 1], read)
+            done += 1
+            if waiting and end - done >= 2 * MIN_SHARDS_PER_READER and free() > 0:
+                back = _runs(end - done, 2)[1]
+                copy = waiting.pop()
+                given.insert(0, (part[end - back : end], copy.give(end - back, end)))
+                end -= back
+        for run, aside in given:
+            yield from _received(run, aside, read)
+    finally:
+        for copy in waiting:
+            copy.dismiss()
+        for _run, aside in given:
+            aside.close()
+
+
+class _Standby:
+    """A copy started before the process reads a header, waiting (blocked on a pipe, using no
+    CPU) to be given a run of ``part`` to read and send as :func:`_sent` does, or dismissed."""
+
+    def __init__(self, part: Sequence[tuple[str, Path]], read: Read, others: list[int]) -> None:
+        """``others``: the ends that give earlier copies their orders (the child closes them,
+        so that only the process holds each, and a dismissed copy reads the end of its pipe)."""
+        taken, self.orders = os.pipe()
+        work = partial(_ordered, part, read, taken, (self.orders, *others))
+        self.aside: Aside[_Sent] = Aside(work, standby=True)
+        os.close(taken)
+
+    def give(self, begin: int, end: int) -> Aside[_Sent]:
+        self.aside.to_work()
+        with suppress(OSError):  # the copy is gone: what it would have sent is read here
+            os.write(self.orders, _ORDER.pack(begin, end))
+        os.close(self.orders)
+        return self.aside
+
+    def dismiss(self) -> None:
+        os.close(self.orders)  # the copy reads the pipe's end and ends, sending nothing
+        self.aside.close()
+
+
+_ORDER = struct.Struct("<QQ")
+
+
+def _ordered(
+    part: Sequence[tuple[str, Path]], read: Read, orders: int, unused: tuple[int, ...]
+) -> Iterator[_Sent]:
+    """In a copy on standby: :func:`_sent` of the run it is given, nothing if dismissed."""
+    for end in unused:
+        os.close(end)
+    order = b""
+    while len(order) < _ORDER.size:
+        got = os.read(orders, _ORDER.size - len(order))
+        if not got:
+            return iter(())
+        order += got
+    begin, end = _ORDER.unpack(order)
+    return _sent(part[begin:end], read)
+
+
+def _copies(shards: int, cpus: int, at_work: int) -> int:
+    free = cpus - 1 - at_work
     return max(0, min(free, MAX_COPIES, shards // MIN_SHARDS_PER_READER - 1))
 
 
