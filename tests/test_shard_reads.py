@@ -106,8 +106,12 @@ shard_reads.MIN_SHARDS_PER_READER = 8
 # never given work: dismissed, every shard read here
 assert outcome(0, standbys=2, free=lambda: 0) == itself
 assert here == files
-# beside a copy started at once, and a standby copy that dies or fails part way
+# beside a copy started at once (the process's run of 12: 6 of them to the standby copy)
+shard_reads.MIN_SHARDS_PER_READER = 4
 assert outcome(1, standbys=1, free=lambda: 1) == itself
+assert here == files[:6] + ["0013-broken.safetensors"], here
+shard_reads.MIN_SHARDS_PER_READER = 8
+# a standby copy that dies or fails part way
 assert outcome(0, dying(files[20]), standbys=1, free=free_after(2)) == itself
 assert files[20] in here and files[-1] in here, here  # its run's rest, read here
 assert outcome(0, failing, standbys=1, free=free_after(2)) == itself
