@@ -117,6 +117,25 @@ assert files[20] in here and files[-1] in here, here  # its run's rest, read her
 assert outcome(0, failing, standbys=1, free=free_after(2)) == itself
 assert here == files
 
+# one file descriptor to spare, none for a pipe: no copy, every shard read here, as it reads
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, open_ends())) + 8, hard))
+filling = []
+try:
+    while True:
+        filling.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    os.close(filling.pop())
+try:
+    got = [outcome(1), outcome(0, standbys=2, free=lambda: 1)]
+finally:
+    for end in filling:
+        os.close(end)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+assert got == [itself, itself]
+assert here == files
+
 # a copy on standby is not at work until it is given work; one whose value waits in its pipe
 # is at work no more
 import time

@@ -163,7 +163,10 @@ def can_fork() -> bool:
 
 
 def _start(work: Callable[[], Iterable[object]], nice: int) -> tuple[int, BinaryIO] | None:
-    read_end, write_end = os.pipe()
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:  # no file descriptors to spare: the work is done here
+        return None
     try:
         pid = os.fork()
     except OSError:  # no memory or processes to spare: the work is done here

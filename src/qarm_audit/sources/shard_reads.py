@@ -97,7 +97,10 @@ def _read_sharing(
     has read its own."""
     waiting: list[_Standby] = []
     for _ in range(standbys):
-        waiting.append(_Standby(part, read, [copy.orders for copy in waiting]))
+        try:
+            waiting.append(_Standby(part, read, [copy.orders for copy in waiting]))
+        except OSError:  # no file descriptors to spare: fewer copies wait
+            break
     given: list[tuple[Sequence[tuple[str, Path]], Aside[_Sent]]] = []
     end = len(part)
     try:
