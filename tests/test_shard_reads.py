@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import synthetic
 
 COMPARED = """
-import os, signal, sys
+import os, signal, sys, time
 from pathlib import Path
 from qarm_audit.sources import shard_reads
 from qarm_audit.sources.local import read_local_shard
@@ -136,9 +136,48 @@ finally:
 assert got == [itself, itself]
 assert here == files
 
+# no fork to be had: no copy, every shard read here (and no order written to a copy that is
+# not there: with SIGPIPE at its default, as a program embedding the library may set it, that
+# write would end the process)
+real_fork = os.fork
+def no_fork():
+    raise OSError(11, "Resource temporarily unavailable")
+os.fork = no_fork
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+try:
+    got = [outcome(1), outcome(0, standbys=2, free=lambda: 1)]
+finally:
+    os.fork = real_fork
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+assert got == [itself, itself]
+assert here == files
+
+# a copy on standby that has ended before it is given work: not written to (SIGPIPE at its
+# default again), what it would have read is read here
+def children():
+    return [int(pid) for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+
+def ended(pid):
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+
+def killing_the_standby(path, file):
+    if os.getpid() == parent and not here:
+        for child in children():
+            os.kill(child, signal.SIGKILL)
+            while not ended(child):  # its pipes closed, not yet reaped
+                time.sleep(0.001)
+    return read(path, file)
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+try:
+    got = outcome(0, killing_the_standby, standbys=1, free=free_after(3))
+finally:
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+assert got == itself
+assert here == files
+
 # a copy on standby is not at work until it is given work; one whose value waits in its pipe
 # is at work no more
-import time
 from qarm_audit.sources.aside import Aside, busy
 
 def waiting_for(end):

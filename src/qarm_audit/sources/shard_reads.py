@@ -136,8 +136,12 @@ class _Standby:
 
     def give(self, begin: int, end: int) -> Aside[_Sent]:
         self.aside.to_work()
-        with suppress(OSError):  # the copy is gone: what it would have sent is read here
-            os.write(self.orders, _ORDER.pack(begin, end))
+        # a copy that has ended, or was never made, reads nothing: no order is written to it
+        # (with SIGPIPE at its default, as a program embedding the library may set it, the
+        # write would end this process), and what it would have sent is read here
+        if not self.aside.ready():
+            with suppress(OSError):
+                os.write(self.orders, _ORDER.pack(begin, end))
         os.close(self.orders)
         return self.aside
 
