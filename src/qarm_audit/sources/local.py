@@ -310,13 +310,9 @@ def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:
             continue
     return {
         file: header
-        for file, header in read_headers(shards, _read_shard)
+        for file, header in read_headers(shards, read_local_shard)
         if isinstance(header, ShardHeader)
     }
-
-
-def _read_shard(path: Path, file: str) -> ShardHeader:
-    return read_local_shard(path, file)
 
 
 def _checkpoint(
