@@ -19,6 +19,7 @@ hooks: the wall time can be no less than round trips x latency).
     python bench/hub_bench.py --latency 0 --repeat 5
     python bench/hub_bench.py --parameter-counts           # a server that reports them
     python bench/hub_bench.py --layers 4 --experts 8 --shards 6   # a quick look
+    python bench/hub_bench.py --repeat 8 --vs /path/to/other/checkout/src   # against other code
 
 Not run by CI (tests/test_hub.py runs it once at a tiny size so that it keeps working).
 """
@@ -305,7 +306,7 @@ def _serve(
         served.server.stop()
 
 
-def _environment(endpoint: str, cache: Path) -> dict[str, str]:
+def _environment(endpoint: str, cache: Path, src: Path = ROOT / "src") -> dict[str, str]:
     env = installed.environment(
         {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
     )
@@ -315,14 +316,16 @@ def _environment(endpoint: str, cache: Path) -> dict[str, str]:
         HF_HUB_DISABLE_TELEMETRY="1",
         HF_HUB_DISABLE_PROGRESS_BARS="1",
         HF_TOKEN_PATH=str(cache / "no-token"),
-        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep
-        ),
+        PYTHONPATH=os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
+    if src != ROOT / "src":  # another checkout's bytecode apart from this one's
+        env["PYTHONPYCACHEPREFIX"] = f"{env['PYTHONPYCACHEPREFIX']}-vs"
     return env
 
 
-def _process(server: Server, command: list[str], cache: Path) -> tuple[Run, str]:
+def _process(
+    server: Server, command: list[str], cache: Path, src: Path = ROOT / "src"
+) -> tuple[Run, str]:
     """Run ``command`` (``-m module ...`` or ``-c code ...``) as a process of its own, through
     hub_probe.py, which notes every request's time on the client's side."""
     server.call("reset")
@@ -331,7 +334,7 @@ def _process(server: Server, command: list[str], cache: Path) -> tuple[Run, str]
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, str(PROBE), str(spans), *command],
-        env=_environment(server.info["endpoint"], cache),
+        env=_environment(server.info["endpoint"], cache, src),
         capture_output=True,
         text=True,
         check=False,
@@ -344,10 +347,10 @@ def _process(server: Server, command: list[str], cache: Path) -> tuple[Run, str]
     return Run(seconds, stats["bytes"], stats["requests"], trips, stats), done.stdout
 
 
-def run_qarm(server: Server, cache: Path) -> Run:
+def run_qarm(server: Server, cache: Path, src: Path = ROOT / "src") -> Run:
     info = server.info
     command = ["-m", "qarm_audit", "audit", f"{REPO}@{info['sha']}", "-f", "json"]
-    run, stdout = _process(server, command, cache)
+    run, stdout = _process(server, command, cache, src)
     report = json.loads(stdout)
     if report["totals"]["shards"] != info["shards"]:
         raise SystemExit(f"qarm audited {report['totals']['shards']} shards of {info['shards']}")
@@ -379,10 +382,12 @@ def bench(
     repeat: int = 1,
     parameter_counts: bool = False,
     in_process: bool = False,
+    vs: Path | None = None,
     out: Any = sys.stdout,
 ) -> dict[str, Any]:
     qarm_runs: list[Run] = []
     base_runs: list[Run] = []
+    vs_runs: list[Run] = []
     server = Server(shards, layers, experts, latency, parameter_counts, in_process)
     try:
         info = server.info
@@ -390,8 +395,12 @@ def bench(
             # once each, untimed: every module either imports in the bytecode cache (installed.py)
             run_qarm(server, Path(tmp) / "warm-qarm")
             run_baseline(server, Path(tmp) / "warm-hf")
+            if vs is not None:
+                run_qarm(server, Path(tmp) / "warm-vs", vs)
             for i in range(repeat):  # alternated, each with a fresh Hub cache
                 qarm_runs.append(run_qarm(server, Path(tmp) / f"qarm-{i}"))
+                if vs is not None:
+                    vs_runs.append(run_qarm(server, Path(tmp) / f"vs-{i}", vs))
                 base_runs.append(run_baseline(server, Path(tmp) / f"hf-{i}"))
     finally:
         server.close()
@@ -433,6 +442,14 @@ def bench(
         "round_trips_max": max(r.round_trips for r in qarm_runs),
         "round_trip_floor": floor,
     }
+    if vs is not None:
+        pairs = [a.seconds / c.seconds for a, c in zip(qarm_runs, vs_runs, strict=True)]
+        result["vs"] = {
+            "src": str(vs),
+            "seconds": [r.seconds for r in vs_runs],
+            "pair_ratios": pairs,
+            "median_pair_ratio": statistics.median(pairs),
+        }
     _table(result, out)
     return result
 
@@ -466,6 +483,14 @@ def _table(r: dict[str, Any], out: Any) -> None:
         print(f"{label:26}{a:>12}{c:>18}{ratio:>10.2f}", file=out)
     print(f"  all qarm     {[round(x, 3) for x in r['all_seconds']['qarm']]}", file=out)
     print(f"  all baseline {[round(x, 3) for x in r['all_seconds']['baseline']]}", file=out)
+    if "vs" in r:
+        v = r["vs"]
+        print(f"  all qarm at {v['src']} {[round(x, 3) for x in v['seconds']]}", file=out)
+        print(
+            f"  qarm / qarm at {v['src']}, run by run: median {v['median_pair_ratio']:.3f} "
+            f"({min(v['pair_ratios']):.3f}-{max(v['pair_ratios']):.3f})",
+            file=out,
+        )
     target = 0.5 if r["latency_s"] > 0 else 1.0
     print("targets:", file=out)
     print(
@@ -504,6 +529,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     parser.add_argument(
+        "--vs",
+        type=Path,
+        metavar="SRC",
+        help="also run qarm from another checkout's src folder, alternated with this one's",
+    )
+    parser.add_argument(
         "--in-process", action="store_true", help="run the server in this process (quicker start)"
     )
     args = parser.parse_args(argv)
@@ -515,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         repeat=args.repeat,
         parameter_counts=args.parameter_counts,
         in_process=args.in_process,
+        vs=args.vs,
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -140,13 +140,55 @@ def test_sharded_equals_local_audit(hub: Any, run: Any, tmp_path: Path) -> None:
     assert report(remote) == report(local)
     for file in SHARDS:
         path = shard_path("org/sharded", spec.sha, file)
-        need = 8 + header_length(folder / file)
-        # sized from the index's names and the Hub's parameter count: one read, a little slack
-        # (5 % and a byte per entry, a lot on a header this small)
-        assert server.count("GET", path) == 1
-        assert need <= server.bytes_by_path[path] <= need * 1.10
-    # listing + (HEAD + GET) x 3 documents + 1 read per shard
-    assert server.request_count == len(SHARDS) + 7
+        # read while the documents download, before the index says how long the header is:
+        # the 8-byte prefix, then exactly the header
+        ranges = [r.range for r in server.records if r.path == path]
+        assert ranges == ["bytes=0-7", f"bytes=8-{8 + header_length(folder / file) - 1}"]
+    # listing + (HEAD + GET) x 3 documents + 2 reads per shard
+    assert server.request_count == 2 * len(SHARDS) + 7
+
+
+@pytest.mark.parametrize(
+    ("late", "shards"),
+    [
+        ("model.safetensors.index.json", SHARDS),  # the first wave of the index's likely shards
+        ("hf_quant_config.json", ["model.safetensors"]),  # no index: every shard
+    ],
+)
+def test_the_shards_are_read_while_the_documents_download(
+    hub: Any, run: Any, tmp_path: Path, late: str, shards: list[str]
+) -> None:
+    """A document arrives late; every shard's header was asked for before it did."""
+    folder = sharded(tmp_path) if len(shards) > 1 else single(tmp_path)
+    spec = RepoSpec.from_folder("org/late", folder)
+    server = hub(spec)
+    server.add_latency(0.5, path=f"*/{late}", method="GET")
+    assert run("audit", f"org/late@{spec.sha}").exit_code in (0, 1)
+    (document,) = [r for r in server.records if r.method == "GET" and r.path.endswith(late)]
+    for file in shards:
+        path = shard_path("org/late", spec.sha, file)
+        first = min(r.arrived for r in server.records if r.path == path)
+        assert first < document.answered - 0.3
+
+
+def test_a_shard_read_ahead_that_the_index_does_not_name_is_dropped(
+    hub: Any, run: Any, tmp_path: Path
+) -> None:
+    """Read ahead as the index's likely shard, then not named by it: not audited, not cached,
+    and its broken header no error."""
+    folder = sharded(tmp_path)
+    stray = folder / "model-00004-of-00004.safetensors"
+    stray.write_bytes(struct.pack("<Q", 40) + b"{" * 40)
+    spec = RepoSpec.from_folder("org/sharded", folder)
+    server = hub(spec)
+    remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
+    local = run("audit", folder, "--format", "json")
+    assert remote.exit_code == local.exit_code in (0, 1)
+    assert report(remote) == report(local)
+    assert server.count("GET", shard_path("org/sharded", spec.sha, stray.name)) <= 2
+    snapshot = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha
+    cached = {p.name for p in (snapshot / ".qarm-audit").glob("*.header")}
+    assert cached == {f"{file}.header" for file in SHARDS}
 
 
 @pytest.fixture
@@ -177,7 +219,7 @@ def test_without_parameter_count_no_byte_of_tensor_data(hub: Any, run: Any, tmp_
         length = header_length(folder / file)
         assert server.bytes_by_path[path] == 8 + length  # exactly the prefix and the header
         ranges = [r.range for r in server.records if r.path == path]
-        # the lower bound from the index's names, then exactly the remainder
+        # read ahead: the prefix, then exactly the remainder
         assert len(ranges) == 2 and str(ranges[1]).endswith(f"-{8 + length - 1}")
     assert server.request_count == len(SHARDS) + 10
 
@@ -212,14 +254,22 @@ def test_later_shards_are_sized_from_earlier_headers(
 
 @pytest.mark.usefixtures("no_parameter_count")
 def test_the_index_total_size_sizes_the_first_wave(hub: Any, run: Any, tmp_path: Path) -> None:
-    """A server that reports no parameter count: the index's ``total_size`` fixes the bytes of
-    the tensor data, hence of the headers, and the first wave takes one read per shard too."""
+    """A server that reports no parameter count, and shards not named as transformers names
+    them (so none is read ahead): the index's ``total_size`` fixes the bytes of the tensor
+    data, hence of the headers, and the first wave takes one read per shard too."""
     folder = sharded(tmp_path)
+    index = folder / "model.safetensors.index.json"
+    renamed = {file: f"part-{i}.safetensors" for i, file in enumerate(SHARDS)}
+    for old, new in renamed.items():
+        (folder / old).rename(folder / new)
+    document = json.loads(index.read_text())
+    document["weight_map"] = {k: renamed[v] for k, v in document["weight_map"].items()}
+    index.write_text(json.dumps(document, indent=2))
     spec = RepoSpec.from_folder("org/sharded", folder)
     server = hub(spec)
     remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
     assert report(remote) == report(run("audit", folder, "--format", "json"))
-    for file in SHARDS:
+    for file in renamed.values():
         path = shard_path("org/sharded", spec.sha, file)
         need = 8 + header_length(folder / file)
         assert server.count("GET", path) == 1
@@ -386,7 +436,7 @@ def test_transient_errors_are_retried(hub: Any, run: Any, tmp_path: Path, sleeps
     assert all(f.hits == 1 for f in server.faults)
     assert sleeps.calls == [0.01] * 5  # one retry each, after the policy's first delay
     # one more request per fault, two for the document (hf_hub_download's HEAD and GET)
-    assert server.request_count == len(SHARDS) + 7 + 6
+    assert server.request_count == 2 * len(SHARDS) + 7 + 6
 
 
 def test_rate_limit_honours_retry_after(hub: Any, tmp_path: Path, sleeps: Sleeps) -> None:

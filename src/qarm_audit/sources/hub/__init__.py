@@ -29,6 +29,7 @@ huggingface_hub's own. The token is never part of a message.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from huggingface_hub import HfApi, constants
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
@@ -37,7 +38,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
 
 from ...errors import SourceSpecError, UsageError
 from ...runtime import VERSION
-from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin
+from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin, ShardIndex
 from ..index import parse_index
 from . import listing
 from .cache import HeaderCache, record_ref
@@ -52,6 +53,7 @@ from .failures import (
 from .headers import HeaderFetcher, TensorBytes
 from .observer import HubObserver, Silent
 from .offline import read_offline
+from .ranges import Shard
 from .retry import RetryPolicy
 from .sizing import Estimator, header_bytes_hint
 
@@ -104,6 +106,24 @@ def read_hub(
     return _read_online(ctx, watch, pinned=pinned, require_pinned=require_pinned)
 
 
+def _prefix_only(shard: Shard) -> int:
+    """A first read of the 8-byte prefix alone: before the index, nothing says how long a
+    header is, and a guess past it would read tensor data."""
+    return 8
+
+
+def _estimator(
+    info: Any,
+    shards: list[Shard],
+    index: ShardIndex | None,
+    names_by_shard: dict[str, list[str]] | None,
+) -> Estimator:
+    hint = header_bytes_hint(
+        info.safetensors, shards, index.total_size if index is not None else None
+    )
+    return Estimator(names_by_shard, hint, shards=len(shards))
+
+
 def _read_online(
     ctx: Context, watch: HubObserver, *, pinned: bool, require_pinned: bool
 ) -> Checkpoint:
@@ -119,28 +139,32 @@ def _read_online(
     files = listing.files(ctx, info)
 
     names = [n for n in (*DECLARATION_FILES, INDEX_FILE) if n in files]
-    texts = listing.documents(ctx, api, policy, names)
-    documents = {n: texts[n] for n in DECLARATION_FILES if n in texts}
-    index_text = texts.get(INDEX_FILE)
-    index = parse_index(index_text) if index_text is not None else None
-    shard_files, names_by_shard = listing.shard_files(files, index)
-    shards = listing.shards(ctx, files, shard_files, api.endpoint)
-    if not documents and not shards:
-        raise SourceSpecError(
-            ctx.location, "holds no declaration document and no .safetensors file"
-        )
-
-    hint = header_bytes_hint(
-        info.safetensors, shards, index.total_size if index is not None else None
-    )
-    estimator = Estimator(names_by_shard, hint, shards=len(shards))
     cache = HeaderCache.for_sha(ctx.repo, sha)
-    fetcher = HeaderFetcher(
-        ctx, watch, estimator, cache, policy=policy, headers=headers, workers=WORKERS
-    )
+    fetcher = HeaderFetcher(ctx, watch, cache, policy=policy, headers=headers, workers=WORKERS)
     try:
-        headers_read = fetcher.fetch(shards)
+        # the headers are read while the documents download: all of them where no index
+        # decides the shards, else the first wave of those the index most likely names
+        if INDEX_FILE in files:
+            likely = listing.shards(ctx, files, listing.likely_shards(files, WORKERS), api.endpoint)
+            fetcher.read_ahead(likely, _prefix_only)
+        else:
+            shards = listing.shards(ctx, files, listing.shard_files(files, None)[0], api.endpoint)
+            early = _estimator(info, shards, None, None)
+            fetcher.read_ahead(shards, lambda s: early.first_read(s.file, s.size, learned=False))
+        texts = listing.documents(ctx, api, policy, names)
+        documents = {n: texts[n] for n in DECLARATION_FILES if n in texts}
+        index_text = texts.get(INDEX_FILE)
+        index = parse_index(index_text) if index_text is not None else None
+        shard_files, names_by_shard = listing.shard_files(files, index)
+        shards = listing.shards(ctx, files, shard_files, api.endpoint)
+        if not documents and not shards:
+            raise SourceSpecError(
+                ctx.location, "holds no declaration document and no .safetensors file"
+            )
+        estimator = _estimator(info, shards, index, names_by_shard)
+        headers_read = fetcher.fetch(shards, estimator)
     finally:
+        fetcher.close()
         cache.close()
     cache.finish(files, names, shards)
     if not pinned:

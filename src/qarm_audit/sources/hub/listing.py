@@ -159,6 +159,16 @@ def shard_files(
     return sorted(n for n in listing if "/" not in n and n.endswith(".safetensors")), None
 
 
+_NUMBERED_SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
+"""A shard named as transformers' ``save_pretrained`` names them beside its index."""
+
+
+def likely_shards(listing: Collection[str], count: int) -> list[str]:
+    """The first ``count`` shards an index in the listing most likely names, before it is
+    read: the root ``model-<i>-of-<n>.safetensors`` files, in order."""
+    return sorted(n for n in listing if _NUMBERED_SHARD.fullmatch(n))[:count]
+
+
 def shards(
     ctx: Context, listing: Mapping[str, RepoSibling], names: list[str], endpoint: str
 ) -> list[Shard]:
