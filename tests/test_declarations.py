@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import REALWORLD, llama, modelopt_file, nvfp4_modelopt, sized, write_checkpoint
 from qarm_audit import audit
@@ -372,6 +374,62 @@ def test_quantized_layers_read_once_per_entry_give_each_entry_its_own_reading(
     except ValidationError:
         assert any(isinstance(v, tuple) for v in expected.values())
         return
+    assert got == expected
+
+
+_ENTRY_VALUES = st.one_of(
+    st.sampled_from(["NVFP4", "FP8", "W4A16_AWQ"]),
+    st.sampled_from([16, 32, 128, 0, True, False, 16.0]),
+    st.none(),
+    st.lists(st.one_of(st.integers(0, 2), st.booleans()), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pool=st.lists(
+        st.fixed_dictionaries(
+            {"quant_algo": st.sampled_from(["NVFP4", "FP8", 4])},
+            optional={
+                "group_size": _ENTRY_VALUES,
+                "has_zero_point": _ENTRY_VALUES,
+                "extra": _ENTRY_VALUES,
+                "more": _ENTRY_VALUES,
+            },
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    picks=st.lists(st.integers(0, 3), min_size=1, max_size=30),
+    reorder=st.booleans(),
+)
+def test_quantized_layers_read_once_per_entry_read_as_each_alone(
+    pool: list[dict[str, Any]], picks: list[int], reorder: bool
+) -> None:
+    """Whatever the map, reading each distinct entry once gives what reading every entry alone
+    gives: the same fields, the same unknown keys in the same order, or an error."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from qarm_audit.declarations.modelopt import LayerEntry, LayerMap
+
+    entries = [pool[i % len(pool)] for i in picks]
+    if reorder:  # equal entries written with their keys in another order
+        entries = [dict(reversed(e.items())) if i % 2 else dict(e) for i, e in enumerate(entries)]
+    raw = {f"m.{i}": entry for i, entry in enumerate(entries)}
+
+    def alone(entry: dict[str, Any]) -> object:
+        read = LayerEntry.model_validate(entry)
+        return read.model_dump(), list(read.model_extra or {})
+
+    try:
+        expected = {key: alone(entry) for key, entry in raw.items()}
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            TypeAdapter(LayerMap).validate_python(raw)
+        return
+    read = TypeAdapter(LayerMap).validate_python(raw)
+    assert list(read) == list(raw)
+    got = {key: (e.model_dump(), list(e.model_extra or {})) for key, e in read.items()}
     assert got == expected
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, compress
+from operator import not_
 from typing import Annotated, Any
 
 from pydantic import (
@@ -45,19 +46,45 @@ class LayerEntry(_Open):
 def _layers_once_each(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """Validate each distinct ``quantized_layers`` entry once: a MoE map repeats one entry for
     hundreds of thousands of expert projections. Anything unusual gets pydantic's own path."""
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or not value:
         return handler(value)
+    entries = list(value.values())
     try:
-        # in C: each entry as a hashable token (TypeError for a value that is not an object,
-        # or holds a list), the distinct tokens, then one lookup per key
-        tokens = list(map(tuple, map(dict.items, value.values())))
-        kinds = set(map(type, chain.from_iterable(map(dict.values, value.values()))))
-        if float in kinds or {bool, int} <= kinds:
-            return handler(value)  # 16 == 16.0 == True would merge entries that differ
-        distinct: dict[tuple[tuple[str, Any], ...], Any] = dict.fromkeys(tokens)
+        kinds = set(map(type, chain.from_iterable(map(dict.values, entries))))
+    except TypeError:
+        return handler(value)  # an entry that is not an object
+    if float in kinds or {bool, int} <= kinds or not kinds.isdisjoint(_CONTAINERS):
+        return handler(value)  # 16 == 16.0 == True would merge entries that differ
+    # in C: the entries equal to the first (most of a MoE map), written as the first is
+    first = entries[0]
+    same = list(map(first.__eq__, entries))
+    if set(map(tuple, compress(entries, same))) != {tuple(first)}:
+        return _by_tokens(value, handler)  # the same keys in another order: each as written
+    try:
+        out = dict.fromkeys(value, LayerEntry.model_validate(first))
+        distinct: dict[tuple[tuple[str, Any], ...], LayerEntry] = {}
+        for name, entry in compress(value.items(), map(not_, same)):
+            token = tuple(entry.items())
+            reading = distinct.get(token)
+            if reading is None:
+                reading = distinct[token] = LayerEntry.model_validate(entry)
+            out[name] = reading
+    except ValidationError:
+        return handler(value)
+    return out
+
+
+_CONTAINERS = frozenset({dict, list})
+
+
+def _by_tokens(value: dict[str, Any], handler: ValidatorFunctionWrapHandler) -> Any:
+    """Each entry as a hashable token of its items in order, validated once per token."""
+    tokens = list(map(tuple, map(dict.items, value.values())))
+    distinct: dict[tuple[tuple[str, Any], ...], Any] = dict.fromkeys(tokens)
+    try:
         for token in distinct:
             distinct[token] = LayerEntry.model_validate(dict(token))
-    except (TypeError, ValidationError):
+    except ValidationError:
         return handler(value)
     return dict(zip(value, map(distinct.__getitem__, tokens), strict=True))
 
