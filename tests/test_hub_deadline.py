@@ -174,3 +174,34 @@ def test_ctrl_c_during_a_dripping_read_exits_130_at_once(
     assert process.returncode == 130, err.decode()
     assert err.decode().endswith("qarm: interrupted; nothing more was written\n"), err.decode()
     assert out == b""
+
+
+def test_ctrl_c_between_the_documents_and_the_reads_leaves_no_read_waited_for(
+    hub: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Ctrl-C after the documents arrived and before the header reads are waited for (here,
+    while the index is parsed), with a shard read ahead on a dripping answer: that read is cut
+    off, rather than waited for until its deadline (300 s by default)."""
+    import qarm_audit.sources.hub as hub_module
+
+    shards = {
+        f"model-0000{i}-of-00002.safetensors": dict(llama(1, nvfp4_modelopt)) if i == 1 else {}
+        for i in (1, 2)
+    }
+    folder = write_checkpoint(tmp_path / "two", shards, DOCUMENTS)
+    repo = RepoSpec.from_folder("org/two", folder)
+    server = hub(repo)
+    server.drip(DRIP, 1, path="*.safetensors", method="GET")  # minutes per header
+    monkeypatch.delenv(AUDIT_ENV, raising=False)
+    monkeypatch.setenv(REQUEST_ENV, "30")  # what a read not cut off would be waited for
+
+    def interrupted(text: str) -> object:
+        while not any(r.fault == "drip" for r in server.records):
+            time.sleep(0.01)  # until a read ahead is on its dripping answer
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hub_module, "parse_index", interrupted)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        open_source(f"org/two@{repo.sha}")
+    assert time.monotonic() - started < 20

@@ -29,9 +29,10 @@ huggingface_hub's own. The token is never part of a message.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from contextlib import nullcontext
 
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi, ModelInfo, constants
+from huggingface_hub.hf_api import RepoSibling
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
     build_hf_headers,
 )
@@ -106,6 +107,24 @@ def read_hub(
     return _read_online(ctx, watch, pinned=pinned, require_pinned=require_pinned)
 
 
+def _read_ahead(
+    ctx: Context,
+    fetcher: HeaderFetcher,
+    info: ModelInfo,
+    files: dict[str, RepoSibling],
+    endpoint: str,
+) -> None:
+    """Start reading headers while the documents download: every shard where no index
+    decides them, else the first wave of those the index most likely names."""
+    if INDEX_FILE in files:
+        likely = listing.shards(ctx, files, listing.likely_shards(files, WORKERS), endpoint)
+        fetcher.read_ahead(likely, _prefix_only)
+    else:
+        shards = listing.shards(ctx, files, listing.shard_files(files, None)[0], endpoint)
+        early = _estimator(info, shards, None, None)
+        fetcher.read_ahead(shards, lambda s: early.first_read(s.file, s.size, learned=False))
+
+
 def _prefix_only(shard: Shard) -> int:
     """A first read of the 8-byte prefix alone: before the index, nothing says how long a
     header is, and a guess past it would read tensor data."""
@@ -113,7 +132,7 @@ def _prefix_only(shard: Shard) -> int:
 
 
 def _estimator(
-    info: Any,
+    info: ModelInfo,
     shards: list[Shard],
     index: ShardIndex | None,
     names_by_shard: dict[str, list[str]] | None,
@@ -141,28 +160,23 @@ def _read_online(
     names = [n for n in (*DECLARATION_FILES, INDEX_FILE) if n in files]
     cache = HeaderCache.for_sha(ctx.repo, sha)
     fetcher = HeaderFetcher(ctx, watch, cache, policy=policy, headers=headers, workers=WORKERS)
+    # Ctrl-C anywhere from the first read on cuts off every read, so none is waited for
+    interruptible = ctx.deadline.interruptible() if ctx.deadline else nullcontext()
     try:
-        # the headers are read while the documents download: all of them where no index
-        # decides the shards, else the first wave of those the index most likely names
-        if INDEX_FILE in files:
-            likely = listing.shards(ctx, files, listing.likely_shards(files, WORKERS), api.endpoint)
-            fetcher.read_ahead(likely, _prefix_only)
-        else:
-            shards = listing.shards(ctx, files, listing.shard_files(files, None)[0], api.endpoint)
-            early = _estimator(info, shards, None, None)
-            fetcher.read_ahead(shards, lambda s: early.first_read(s.file, s.size, learned=False))
-        texts = listing.documents(ctx, api, policy, names)
-        documents = {n: texts[n] for n in DECLARATION_FILES if n in texts}
-        index_text = texts.get(INDEX_FILE)
-        index = parse_index(index_text) if index_text is not None else None
-        shard_files, names_by_shard = listing.shard_files(files, index)
-        shards = listing.shards(ctx, files, shard_files, api.endpoint)
-        if not documents and not shards:
-            raise SourceSpecError(
-                ctx.location, "holds no declaration document and no .safetensors file"
-            )
-        estimator = _estimator(info, shards, index, names_by_shard)
-        headers_read = fetcher.fetch(shards, estimator)
+        with interruptible:
+            _read_ahead(ctx, fetcher, info, files, api.endpoint)
+            texts = listing.documents(ctx, api, policy, names)
+            documents = {n: texts[n] for n in DECLARATION_FILES if n in texts}
+            index_text = texts.get(INDEX_FILE)
+            index = parse_index(index_text) if index_text is not None else None
+            shard_files, names_by_shard = listing.shard_files(files, index)
+            shards = listing.shards(ctx, files, shard_files, api.endpoint)
+            if not documents and not shards:
+                raise SourceSpecError(
+                    ctx.location, "holds no declaration document and no .safetensors file"
+                )
+            estimator = _estimator(info, shards, index, names_by_shard)
+            headers_read = fetcher.fetch(shards, estimator)
     finally:
         fetcher.close()
         cache.close()
