@@ -406,7 +406,8 @@ def bench(
         server.close()
     q = min(qarm_runs, key=lambda r: r.seconds)
     b = min(base_runs, key=lambda r: r.seconds)
-    # listing, then the documents in parallel, then one wave of range reads per WORKERS shards
+    # the listing, then the documents in parallel (the first header reads meanwhile), then
+    # one wave of range reads per WORKERS shards
     floor = 2 + math.ceil(info["shards"] / WORKERS)
     needed = info["header_bytes"] + sum(info["document_bytes"].values()) + q.extra["listing_bytes"]
     lengths = info["header_lengths"]

@@ -676,14 +676,19 @@ def test_bench_runs_at_a_tiny_size(monkeypatch: Any) -> None:
     monkeypatch.setitem(sys.modules, "hub_bench", bench)
     loader.loader.exec_module(bench)
     out = io.StringIO()
-    result = bench.bench(shards=3, layers=3, experts=2, latency=0.01, in_process=True, out=out)
+    src = path.parent.parent / "src"  # --vs: this checkout against itself
+    result = bench.bench(
+        shards=3, layers=3, experts=2, latency=0.01, in_process=True, vs=src, out=out
+    )
     assert result["shards"] == 3
     assert result["bytes_ratio"] <= 1.05
-    # the listing, the documents and the headers wait on each other: never fewer round trips
-    # than that; how many more depends on thread timing on a loaded machine, so no upper
-    # bound but the requests themselves (the full-size run reports it against its target)
+    # the listing, then the documents (a metadata request and a download) or, read meanwhile,
+    # each header (its prefix, then the rest): never fewer round trips than that; how many
+    # more depends on thread timing on a loaded machine, so no upper bound but the requests
+    # themselves (the full-size run reports it against its target)
     assert result["round_trip_floor"] <= result["qarm"]["round_trips"] <= result["qarm"]["requests"]
     assert "round trips" in out.getvalue()
+    assert len(result["vs"]["pair_ratios"]) == 1 and f"qarm at {src}" in out.getvalue()
 
 
 # -- --probe-scalars through range reads ----------------------------------------------------
