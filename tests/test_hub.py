@@ -252,6 +252,39 @@ def test_later_shards_are_sized_from_earlier_headers(
     assert server.count("GET", "*.safetensors") == len(shards) + 2
 
 
+def test_a_likely_shard_listed_without_a_size_is_no_error_unless_the_index_names_it(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A listing that gives no size for a file named as an index's shard: before the index
+    arrives it is not read (nothing says where its header ends), and once the index arrives
+    it is refused only if the index names it."""
+    folder = sharded(tmp_path)
+    stray = "model-00004-of-00004.safetensors"
+    (folder / stray).write_bytes(struct.pack("<Q", 2) + b"{}")
+    spec = RepoSpec.from_folder("org/sizeless", folder)
+    unsized = {stray}
+    answer = hubserver._json_response
+
+    def without_sizes(status: int, payload: Any, headers: Any = ()) -> Any:
+        if isinstance(payload, dict) and isinstance(payload.get("siblings"), list):
+            for sibling in payload["siblings"]:
+                if sibling.get("rfilename") in unsized:
+                    sibling.pop("size", None)
+                    sibling.pop("lfs", None)
+        return answer(status, payload, headers)
+
+    monkeypatch.setattr(hubserver, "_json_response", without_sizes)
+    server = hub(spec)
+    remote = run("audit", f"org/sizeless@{spec.sha}", "--format", "json")
+    assert remote.exit_code in (0, 1), remote.stderr
+    assert server.count("GET", shard_path("org/sizeless", spec.sha, stray)) == 0
+    unsized.add(SHARDS[0])  # now a shard the index names
+    refused = run("audit", f"org/sizeless@{spec.sha}")
+    assert refused.exit_code == 3, refused.stderr
+    assert f"{SHARDS[0]}: the listing of org/sizeless@" in refused.stderr
+    assert "gives no size for it" in refused.stderr
+
+
 @pytest.mark.usefixtures("no_parameter_count")
 def test_the_index_total_size_sizes_the_first_wave(hub: Any, run: Any, tmp_path: Path) -> None:
     """A server that reports no parameter count, and shards not named as transformers names

@@ -37,7 +37,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
     build_hf_headers,
 )
 
-from ...errors import SourceSpecError, UsageError
+from ...errors import QarmError, SourceSpecError, UsageError
 from ...runtime import VERSION
 from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin, ShardIndex
 from ..index import parse_index
@@ -117,7 +117,12 @@ def _read_ahead(
     """Start reading headers while the documents download: every shard where no index
     decides them, else the first wave of those the index most likely names."""
     if INDEX_FILE in files:
-        likely = listing.shards(ctx, files, listing.likely_shards(files, WORKERS), endpoint)
+        likely: list[Shard] = []
+        for name in listing.likely_shards(files, WORKERS):
+            try:
+                likely.extend(listing.shards(ctx, files, [name], endpoint))
+            except QarmError:
+                continue  # refused later where the index names it, else no concern of ours
         fetcher.read_ahead(likely, _prefix_only)
     else:
         shards = listing.shards(ctx, files, listing.shard_files(files, None)[0], endpoint)
