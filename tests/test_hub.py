@@ -78,6 +78,31 @@ def sharded(tmp_path: Path, name: str = "sharded", layers: int = 3) -> Path:
     return write_checkpoint(tmp_path / name, shards, DOCUMENTS)
 
 
+def renamed(folder: Path) -> dict[str, str]:
+    """The folder's shards renamed ``part-<i>.safetensors``, its index with them: no shard is
+    named as ``save_pretrained`` names them. Returns the new names by the old."""
+    index = folder / "model.safetensors.index.json"
+    names = {file: f"part-{i}.safetensors" for i, file in enumerate(SHARDS)}
+    for old, new in names.items():
+        (folder / old).rename(folder / new)
+    document = json.loads(index.read_text())
+    document["weight_map"] = {k: names[v] for k, v in document["weight_map"].items()}
+    index.write_text(json.dumps(document, indent=2))
+    return names
+
+
+STALE = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+"""A whole set of shards named as ``save_pretrained`` names them, which the index does not
+name (left from an earlier upload): the set read ahead, the first with a broken header."""
+
+
+def with_stale_set(folder: Path) -> Path:
+    renamed(folder)
+    (folder / STALE[0]).write_bytes(struct.pack("<Q", 40) + b"{" * 40)
+    (folder / STALE[1]).write_bytes(struct.pack("<Q", 2) + b"{}")
+    return folder
+
+
 def header_length(path: Path) -> int:
     with path.open("rb") as handle:
         return int(struct.unpack("<Q", handle.read(8))[0])
@@ -174,21 +199,37 @@ def test_the_shards_are_read_while_the_documents_download(
 def test_a_shard_read_ahead_that_the_index_does_not_name_is_dropped(
     hub: Any, run: Any, tmp_path: Path
 ) -> None:
-    """Read ahead as the index's likely shard, then not named by it: not audited, not cached,
-    and its broken header no error."""
-    folder = sharded(tmp_path)
-    stray = folder / "model-00004-of-00004.safetensors"
-    stray.write_bytes(struct.pack("<Q", 40) + b"{" * 40)
+    """Read ahead as the index's likely shards, then not named by it: not audited, not cached,
+    and a broken header among them no error."""
+    folder = with_stale_set(sharded(tmp_path))
     spec = RepoSpec.from_folder("org/sharded", folder)
     server = hub(spec)
     remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
     local = run("audit", folder, "--format", "json")
     assert remote.exit_code == local.exit_code in (0, 1)
     assert report(remote) == report(local)
-    assert server.count("GET", shard_path("org/sharded", spec.sha, stray.name)) <= 2
+    assert server.count("GET", shard_path("org/sharded", spec.sha, STALE[0])) >= 1  # read ahead
     snapshot = tmp_path / "hf" / "models--org--sharded" / "snapshots" / spec.sha
     cached = {p.name for p in (snapshot / ".qarm-audit").glob("*.header")}
-    assert cached == {f"{file}.header" for file in SHARDS}
+    assert cached == {f"part-{i}.safetensors.header" for i in range(len(SHARDS))}
+
+
+@pytest.mark.parametrize(
+    ("listing", "ahead"),
+    [
+        (SHARDS, SHARDS),
+        ([*SHARDS, "model-00004-of-00004.safetensors"], SHARDS),  # an odd one is no set
+        (["model-00002-of-00002.safetensors", "model-00001-of-00002.safetensors"], STALE),
+        ([*SHARDS, *STALE], []),  # two whole sets: either could be the index's
+        (["model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"], []),
+        (["model-1-of-1" + "0" * 5000 + ".safetensors", "model-٠١-of-٠١.safetensors"], []),
+    ],
+)
+def test_the_shards_read_ahead_are_one_whole_set(listing: list[str], ahead: list[str]) -> None:
+    from qarm_audit.sources.hub.listing import likely_shards
+
+    assert likely_shards(["config.json", *listing], 16) == ahead
+    assert likely_shards(listing, 2) == ahead[:2]
 
 
 @pytest.fixture
@@ -258,11 +299,9 @@ def test_a_likely_shard_listed_without_a_size_is_no_error_unless_the_index_names
     """A listing that gives no size for a file named as an index's shard: before the index
     arrives it is not read (nothing says where its header ends), and once the index arrives
     it is refused only if the index names it."""
-    folder = sharded(tmp_path)
-    stray = "model-00004-of-00004.safetensors"
-    (folder / stray).write_bytes(struct.pack("<Q", 2) + b"{}")
+    folder = with_stale_set(sharded(tmp_path))
     spec = RepoSpec.from_folder("org/sizeless", folder)
-    unsized = {stray}
+    unsized = {STALE[1]}
     answer = hubserver._json_response
 
     def without_sizes(status: int, payload: Any, headers: Any = ()) -> Any:
@@ -277,11 +316,12 @@ def test_a_likely_shard_listed_without_a_size_is_no_error_unless_the_index_names
     server = hub(spec)
     remote = run("audit", f"org/sizeless@{spec.sha}", "--format", "json")
     assert remote.exit_code in (0, 1), remote.stderr
-    assert server.count("GET", shard_path("org/sizeless", spec.sha, stray)) == 0
-    unsized.add(SHARDS[0])  # now a shard the index names
+    assert server.count("GET", shard_path("org/sizeless", spec.sha, STALE[0])) >= 1
+    assert server.count("GET", shard_path("org/sizeless", spec.sha, STALE[1])) == 0
+    unsized.add("part-0.safetensors")  # now a shard the index names
     refused = run("audit", f"org/sizeless@{spec.sha}")
     assert refused.exit_code == 3, refused.stderr
-    assert f"{SHARDS[0]}: the listing of org/sizeless@" in refused.stderr
+    assert "part-0.safetensors: the listing of org/sizeless@" in refused.stderr
     assert "gives no size for it" in refused.stderr
 
 
@@ -291,18 +331,12 @@ def test_the_index_total_size_sizes_the_first_wave(hub: Any, run: Any, tmp_path:
     them (so none is read ahead): the index's ``total_size`` fixes the bytes of the tensor
     data, hence of the headers, and the first wave takes one read per shard too."""
     folder = sharded(tmp_path)
-    index = folder / "model.safetensors.index.json"
-    renamed = {file: f"part-{i}.safetensors" for i, file in enumerate(SHARDS)}
-    for old, new in renamed.items():
-        (folder / old).rename(folder / new)
-    document = json.loads(index.read_text())
-    document["weight_map"] = {k: renamed[v] for k, v in document["weight_map"].items()}
-    index.write_text(json.dumps(document, indent=2))
+    names = renamed(folder)
     spec = RepoSpec.from_folder("org/sharded", folder)
     server = hub(spec)
     remote = run("audit", f"org/sharded@{spec.sha}", "--format", "json")
     assert report(remote) == report(run("audit", folder, "--format", "json"))
-    for file in renamed.values():
+    for file in names.values():
         path = shard_path("org/sharded", spec.sha, file)
         need = 8 + header_length(folder / file)
         assert server.count("GET", path) == 1

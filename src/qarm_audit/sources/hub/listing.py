@@ -159,14 +159,28 @@ def shard_files(
     return sorted(n for n in listing if "/" not in n and n.endswith(".safetensors")), None
 
 
-_NUMBERED_SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
+_NUMBERED_SHARD = re.compile(r"model-([0-9]{1,9})-of-([0-9]{1,9})\.safetensors")
 """A shard named as transformers' ``save_pretrained`` names them beside its index."""
 
 
 def likely_shards(listing: Collection[str], count: int) -> list[str]:
     """The first ``count`` shards an index in the listing most likely names, before it is
-    read: the root ``model-<i>-of-<n>.safetensors`` files, in order."""
-    return sorted(n for n in listing if _NUMBERED_SHARD.fullmatch(n))[:count]
+    read: the root ``model-<i>-of-<n>.safetensors`` files, in order, where they form one whole
+    set (``1`` to ``n``, each once). None where they form none, or several (a checkpoint sharded
+    again beside its old shards): reading either set ahead could be reading the wrong one."""
+    sets: dict[str, dict[int, str]] = {}
+    for name in listing:
+        found = _NUMBERED_SHARD.fullmatch(name)
+        if found is not None:
+            sets.setdefault(found[2], {})[int(found[1])] = name
+    whole = [
+        files
+        for of, files in sets.items()
+        if len(files) == int(of) and set(files) == set(range(1, int(of) + 1))
+    ]
+    if len(whole) != 1:
+        return []
+    return [whole[0][i] for i in sorted(whole[0])][:count]
 
 
 def shards(
