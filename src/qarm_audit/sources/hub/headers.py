@@ -74,9 +74,7 @@ class HeaderFetcher:
                 started = self._ahead.pop(shard.file, None)
                 if started is not None:
                     ahead[started[1]] = shard
-            for _, dropped in self._ahead.values():
-                dropped.cancel()
-            self._ahead.clear()
+            self._drop_ahead()  # not asked for: those not started never start
             # The first wave (one shard per worker) starts before any header has arrived, so it
             # never uses what headers teach; deciding that by position, not by timing, keeps
             # the requests of a run reproducible.
@@ -101,12 +99,15 @@ class HeaderFetcher:
 
     def close(self) -> None:
         """Stop what was not started and wait for what was (reads ahead included)."""
-        for _, dropped in self._ahead.values():
-            dropped.cancel()
-        self._ahead.clear()
+        self._drop_ahead()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def _drop_ahead(self) -> None:
+        for _, dropped in self._ahead.values():
+            dropped.cancel()
+        self._ahead.clear()
 
     def _started(self) -> ThreadPoolExecutor:
         if self._pool is None:
