@@ -972,7 +972,7 @@ MUTATIONS: list[tuple[str, str, str, str]] = [
      "    if indexed is None:\n        return []\n",
      "    if True:\n        return []\n"),
     ("unindexed-shard-of-the-series-only", "sources/unread.py",
-     "        if not indexed or (found is not None and found.group(1, 3) in series):",
+     "        if not indexed or (found is not None and found.group(1, 2) in series):",
      "        if True:"),
     ("index-total-size-checked", "sources/integrity.py",
      "            if total_size == tensor_bytes:",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,9 +18,6 @@ tensor bytes provides one; only ``qarm audit --probe-scalars`` calls it, for a f
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-SHARD_SERIES = re.compile(r"(.+)-([0-9]{5})-of-([0-9]{5})\.safetensors")
-"""A shard of a sharded checkpoint as transformers names it: prefix, number and shard count
-(``model-00001-of-00003.safetensors`` beside ``model.safetensors.index.json``)."""
 
 
 class TensorEntry(NamedTuple):

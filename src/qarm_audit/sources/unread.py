@@ -8,10 +8,11 @@ report from calling clean what it never read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from .checkpoint import SHARD_SERIES, SINGLE_FILE, Checkpoint
+from .checkpoint import SINGLE_FILE, Checkpoint
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 MAX_LISTED = 10_000
@@ -82,15 +83,19 @@ def unindexed_shards(unread: list[str], indexed: Collection[str] | None) -> list
     adapter."""
     if indexed is None:
         return []
-    series = {m.group(1, 3) for m in map(SHARD_SERIES.fullmatch, indexed) if m is not None}
+    series = {m.group(1, 2) for m in map(_SERIES.fullmatch, indexed) if m is not None}
     out = []
     for name in unread:
         if "/" in name or not name.endswith(".safetensors") or name == SINGLE_FILE:
             continue
-        found = SHARD_SERIES.fullmatch(name)
-        if not indexed or (found is not None and found.group(1, 3) in series):
+        found = _SERIES.fullmatch(name)
+        if not indexed or (found is not None and found.group(1, 2) in series):
             out.append(name)
     return out
+
+
+_SERIES = re.compile(r"(.+)-[0-9]{5}-of-([0-9]{5})\.safetensors")
+"""A shard of a sharded checkpoint as transformers names it: prefix and shard count."""
 
 
 SIDE_DECLARATIONS: dict[str, tuple[str, ...]] = {

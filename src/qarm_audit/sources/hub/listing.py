@@ -25,7 +25,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
 )
 
 from ...errors import HubError, ShardIndexError, UsageError
-from ..checkpoint import INDEX_FILE, SHARD_SERIES, SINGLE_FILE, ShardIndex
+from ..checkpoint import INDEX_FILE, SINGLE_FILE, ShardIndex
 from ..index import check_shard_name
 from ..local import read_text
 from .deadline import RequestDeadline
@@ -159,17 +159,22 @@ def shard_files(
     return sorted(n for n in listing if "/" not in n and n.endswith(".safetensors")), None
 
 
+_NUMBERED_SHARD = re.compile(r"model-([0-9]{1,9})-of-([0-9]{1,9})\.safetensors")
+"""A shard named as ``save_pretrained`` names them beside its index, and as others do: any
+width of number, where transformers writes five digits (the unread-files check's pattern,
+``unread.py``) and DeepSeek's own shards six for the count (``model-00001-of-000163``)."""
+
+
 def likely_shards(listing: Collection[str], count: int) -> list[str]:
     """The first ``count`` shards an index in the listing most likely names, before it is
-    read: the root ``model-<i>-of-<n>.safetensors`` files (:data:`SHARD_SERIES`), in order,
-    where they form one whole set (``1`` to ``n``, each once). None where they form none, or
-    several (a checkpoint sharded again beside its old shards): reading either set ahead could
-    be reading the wrong one."""
+    read: the root ``model-<i>-of-<n>.safetensors`` files, in order, where they form one whole
+    set (``1`` to ``n``, each once). None where they form none, or several (a checkpoint sharded
+    again beside its old shards): reading either set ahead could be reading the wrong one."""
     sets: dict[str, dict[int, str]] = {}
     for name in listing:
-        found = SHARD_SERIES.fullmatch(name)
-        if found is not None and found[1] == "model":
-            sets.setdefault(found[3], {})[int(found[2])] = name
+        found = _NUMBERED_SHARD.fullmatch(name)
+        if found is not None:
+            sets.setdefault(found[2], {})[int(found[1])] = name
     whole = [
         files
         for of, files in sets.items()
