@@ -214,12 +214,16 @@ def test_a_shard_read_ahead_that_the_index_does_not_name_is_dropped(
     assert cached == {f"part-{i}.safetensors.header" for i in range(len(SHARDS))}
 
 
+DEEPSEEK = [f"model-{i:05d}-of-000003.safetensors" for i in (1, 2, 3)]
+
+
 @pytest.mark.parametrize(
     ("listing", "ahead"),
     [
         (SHARDS, SHARDS),
         ([*SHARDS, "model-00004-of-00004.safetensors"], SHARDS),  # an odd one is no set
         (["model-00002-of-00002.safetensors", "model-00001-of-00002.safetensors"], STALE),
+        (DEEPSEEK, DEEPSEEK),  # DeepSeek's own names: six digits for the count
         ([*SHARDS, *STALE], []),  # two whole sets: either could be the index's
         (["model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"], []),
         (["model-1-of-1" + "0" * 5000 + ".safetensors", "model-٠١-of-٠١.safetensors"], []),
