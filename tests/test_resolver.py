@@ -168,8 +168,8 @@ def _loop_and_bulk(document: dict, tensors: list[TensorEntry], **set_on: object)
     bulk = resolver._ModelOpt._all_listed_alike
     taken: list[bool] = []
 
-    def counted(self, once, members) -> bool:  # type: ignore[no-untyped-def]
-        taken.append(bulk(self, once, members))
+    def counted(self, once, members, names, direct) -> bool:  # type: ignore[no-untyped-def]
+        taken.append(bulk(self, once, members, names, direct))
         return taken[-1]
 
     with pytest.MonkeyPatch.context() as patch:

@@ -284,10 +284,12 @@ class _ModelOpt:
         for engine_name, members in groups.items():
             self._resolve_group(engine_name, members)
         if self.layers is not None:
-            used = set(map(_RULE, self.out.memberships.values()))
-            used.update(groups)
-            # the keys left found in C (usually none), then taken in map order
-            left = self.layers.keys() - used - self.modules.keys()
+            # the keys naming no module found in C first (usually none): only those can be
+            # left once the rules the memberships used are taken out, in map order
+            left = self.layers.keys() - self.modules.keys()
+            if left:
+                left -= set(map(_RULE, self.out.memberships.values()))
+                left -= groups.keys()
             unmatched = [k for k in self.layers if k in left] if left else []
             if unmatched and self.path is not None:
                 # a key in the engine's own naming names the module it is the engine name of
@@ -300,13 +302,18 @@ class _ModelOpt:
     def _resolve_group(self, engine_name: str, members: list[ModuleInfo]) -> None:
         excluded = self._excluded(engine_name, members)
         once = None
+        # each member's name and its own key's algorithm, looked up once for both steps
+        names: list[str] = []
+        direct: list[str | None] = []
         if excluded is None and self.layers is not None and len(members) > 1:
-            once = self._mixed_layer(engine_name, members)
+            names = list(map(_NAME, members))
+            direct = list(map(self.layers.get, names))
+            once = self._mixed_layer(engine_name, names, direct)
         memberships = self.out.memberships
         if excluded is not None:
             memberships.update(dict.fromkeys([m.name for m in members], excluded))
         elif once is not None:
-            if not self._all_listed_alike(once, members):
+            if not self._all_listed_alike(once, members, names, direct):
                 self._members_of_layer(once, engine_name, members)
         else:
             for info in members:
@@ -333,15 +340,21 @@ class _ModelOpt:
             agrees = own.how == "exact" and own.bucket == once.bucket
             memberships[name] = engine_membership(own if agrees else once, info, overrides)
 
-    def _all_listed_alike(self, once: Membership, members: list[ModuleInfo]) -> bool:
+    def _all_listed_alike(
+        self,
+        once: Membership,
+        members: list[ModuleInfo],
+        names: list[str],
+        direct: list[str | None],
+    ) -> bool:
         """What :meth:`_members_of_layer` decides, built in C, for a layer whose members are
-        all listed by their own names for the layer's algorithm and built alike by the engine
-        (a MoE layer's thousand experts, the common case): each keeps its exact membership,
-        or all take the engine's override. False, having done nothing, for any other layer."""
+        all listed by their own names (``names``, listed for ``direct``) for the layer's
+        algorithm and built alike by the engine (a MoE layer's thousand experts, the common
+        case): each keeps its exact membership, or all take the engine's override. False,
+        having done nothing, for any other layer."""
         if once.bucket in (EXCLUDED, UNLISTED):
             return False
-        names = list(map(_NAME, members))
-        if set(map(cast("dict[str, str]", self.layers).get, names)) != {once.bucket}:
+        if set(direct) != {once.bucket}:
             return False
         kinds = set(map(_OVERRIDE_KEY, members))
         if len(kinds) != 1:
@@ -427,9 +440,12 @@ class _ModelOpt:
             return Membership(self.rules.default_scheme.name, "class", "Linear")
         return UNLISTED_MEMBERSHIP
 
-    def _mixed_layer(self, engine_name: str, members: list[ModuleInfo]) -> Membership | None:
+    def _mixed_layer(
+        self, engine_name: str, names: list[str], direct: list[str | None]
+    ) -> Membership | None:
         """vLLM's one MIXED_PRECISION lookup for a layer it builds from several checkpoint
-        modules (a fused linear, an experts layer), by the layer's own name: the name itself,
+        modules (``names``, each listed for ``direct`` by its own name, or None; a fused
+        linear, an experts layer), by the layer's own name: the name itself,
         then the modules listed by their own names (one algorithm among them decides for all,
         unlisted ones included), then the first key under the layer's name or, for experts, its
         parent's. None: decide module by module, which names a disagreement (two algorithms
@@ -440,8 +456,6 @@ class _ModelOpt:
         for candidate in self._names(engine_name):
             if candidate in layers:
                 return Membership(layers[candidate], how, candidate)
-        names = [m.name for m in members]
-        direct = list(map(layers.get, names))
         if None not in direct:  # the common case: every expert or shard listed by its name
             listed, algos = names, set(cast("list[str]", direct))
         else:
