@@ -70,13 +70,14 @@ from ..report.model import (
 from ..report.policy import IgnoreRule, apply_ignores
 from ..resolve import resolve
 from ..resolve.matching_ahead import MatchingAhead, pattern_lists
-from ..resolve.producer import disagreements, producer_cannot_compile, producer_view
+from ..resolve.producer import disagreements
 from ..resolve.resolver import EXCLUDED, UNLISTED, Membership
 from ..runtime import collector_paused, held
 from ..sources import Checkpoint, open_source, run_settled
 from ..sources.integrity import check_integrity
 from ..sources.unread import SIDE_DECLARATIONS, side_declarations
 from .ahead import AuditAhead
+from .findings_aside import FindingsAside
 from .unread import unread_findings
 
 if TYPE_CHECKING:
@@ -279,62 +280,73 @@ def _audit(
         findings.extend(transforms_unapplied(profile, declaration, modules))
         findings.extend(kv_cache_refusals(profile, declaration, facts, model_config.architecture))
         findings.extend(tree_findings(tree))
-        findings.extend(completeness_refusals(modules, model_config))
         findings.extend(unbuilt_bias_warnings(modules, model_config))
+        # worked out here while a copy matches the names, else in the copy below
+        complete = matching.forked
+        if complete:
+            findings.extend(completeness_refusals(modules, model_config))
         matching.take()
     finally:
         matching.close()
-    resolution = resolve(engine_declaration, modules, tree)
-    memberships = resolution.memberships
-    findings.extend(resolution.findings)
-    unreadable = producer_cannot_compile(declaration, profile.label)
-    producer = producer_view(declaration, modules) if unreadable is None else None
-    if unreadable is not None:
-        findings.append(unreadable)
-    if producer is not None:
+    # the producer's view (and the completeness check) worked out aside while this resolves
+    later = FindingsAside(declaration, modules, model_config, profile.label, complete=complete)
+    try:
+        resolution = resolve(engine_declaration, modules, tree)
+        memberships = resolution.memberships
+        findings.extend(resolution.findings)
+        alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
+        spellings, refusals = check_all(declaration, modules, memberships, alike)
+        refusals = dequantized_on_load(profile, modules, model_config, refusals)
+        findings.extend(refusals)
+        findings.extend(uncontracted(declaration, alike))
+        findings.extend(block_refusals(declaration, modules, memberships))
+        if checkpoint.has_weights:
+            findings.extend(
+                finding(
+                    "declared-module-missing",
+                    f"{key} is listed in the declaration and no tensor of it is shipped",
+                    module=key,
+                )
+                for key in resolution.unmatched
+            )
+        refused = frozenset(f.module for f in refusals)
+        arm_routing = profile.routing if routing in (None, "both") else routing
+        arms, arm_findings = arm_rows(
+            profile,
+            env,
+            gpu,
+            declaration,
+            modules,
+            memberships,
+            spellings,
+            refused,
+            arm_routing,
+            alike=alike,
+        )
+        findings.extend(arm_findings)
+        findings.extend(layer_refusals(profile, declaration, modules, memberships))
+        findings.extend(
+            loader_drops(profile, declaration, modules, memberships, model_config.architecture)
+        )
+        # the rows need no finding: written while the copy works
+        module_rows = _module_rows(modules, memberships, spellings)
+        producer, completeness = later.take()
+    finally:
+        later.close()
+    findings.extend(completeness)
+    if producer.unreadable is not None:
+        findings.append(producer.unreadable)
+    per_module = producer.per_module()
+    if per_module is not None:
         findings.extend(
             disagreements(
-                producer,
+                per_module,
                 memberships,
                 modules,
                 "transformers" if declaration.bnb is not None else "compressed-tensors",
                 profile.label,
             )
         )
-    alike = group_alike(modules, memberships)  # a MoE's experts are decided once per group
-    spellings, refusals = check_all(declaration, modules, memberships, alike)
-    refusals = dequantized_on_load(profile, modules, model_config, refusals)
-    findings.extend(refusals)
-    findings.extend(uncontracted(declaration, alike))
-    findings.extend(block_refusals(declaration, modules, memberships))
-    if checkpoint.has_weights:
-        findings.extend(
-            finding(
-                "declared-module-missing",
-                f"{key} is listed in the declaration and no tensor of it is shipped",
-                module=key,
-            )
-            for key in resolution.unmatched
-        )
-    refused = frozenset(f.module for f in refusals)
-    arm_routing = profile.routing if routing in (None, "both") else routing
-    arms, arm_findings = arm_rows(
-        profile,
-        env,
-        gpu,
-        declaration,
-        modules,
-        memberships,
-        spellings,
-        refused,
-        arm_routing,
-        alike=alike,
-    )
-    findings.extend(arm_findings)
-    findings.extend(layer_refusals(profile, declaration, modules, memberships))
-    findings.extend(
-        loader_drops(profile, declaration, modules, memberships, model_config.architecture)
-    )
     moves = (
         routing_moves(profile, env, gpu, declaration, modules, memberships, spellings)
         if routing == "both"
@@ -389,7 +401,7 @@ def _audit(
         else "clean"
     )
     # freed at the process's end, not here, when it ends without teardown (the CLI)
-    held(checkpoint, tensors, modules, tree, resolution, producer, alike, spellings)
+    held(checkpoint, tensors, modules, tree, resolution, alike, spellings)
     origin = checkpoint.origin
     # Built from typed parts (every nested model validated where it was made); not validating
     # the whole again saves a pass over every module row. Tests validate the JSON it renders.
@@ -408,7 +420,7 @@ def _audit(
         warnings=by_severity[Severity.WARNING],
         notes=by_severity[Severity.INFO],
         integrity=integrity,
-        modules=_module_rows(modules, memberships, spellings),
+        modules=module_rows,
         probe=probe,
         layer_tree=LayerTreeInfo(
             architecture=tree.architecture,

@@ -77,6 +77,11 @@ class MatchingAhead:
             return  # refused: the resolver meets the same refusal where it always does
         self._aside = Aside(lambda: _worked_out(lists, tensors, path))
 
+    @property
+    def forked(self) -> bool:
+        """Whether a copy is working the names out."""
+        return self._aside is not None and self._aside.forked
+
     def take(self) -> None:
         """Each pattern set learns what the copy worked out (nothing where it gave nothing)."""
         if self._aside is None:

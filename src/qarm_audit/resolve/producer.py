@@ -13,7 +13,9 @@ will do another: :func:`disagreements` names both answers. docs/semantics.md giv
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import itemgetter, ne
 
 from ..declarations import CompressedTensorsRules, Declaration
 from ..findings import Finding, finding
@@ -119,13 +121,21 @@ class _CompressedTensorsProducer:
         ignored = self.ignore_first.firsts(names) if targeted is not None else None
         if targeted is None or ignored is None:
             return {name: self.resolve(info) for name, info in modules.items()}
-        mtp = [n.startswith("mtp.") or ".mtp." in n for n in names]
+        none = [None] * len(names)
+        # each column worked out name by name only where some name can hold it (found in C)
+        mtp = (
+            [n.startswith("mtp.") or ".mtp." in n for n in names]
+            if any(map(str.__contains__, names, repeat("mtp.")))
+            else [False] * len(names)
+        )
         targets, ignores = self.rules.targets, self.ignore_names
         exact_target = (
-            [n if n in targets else None for n in names] if targets else [None] * len(names)
+            [n if n in targets else None for n in names]
+            if not targets.keys().isdisjoint(names)
+            else none
         )
         exact_ignore = (
-            [n if n in ignores else None for n in names] if ignores else [None] * len(names)
+            [n if n in ignores else None for n in names] if not ignores.isdisjoint(names) else none
         )
         classes = list(map(producer_classes, modules.values()))
         keys = list(zip(mtp, exact_target, targeted, exact_ignore, ignored, classes, strict=True))
@@ -199,36 +209,44 @@ class _CompressedTensorsProducer:
 
 
 def disagreements(
-    producer: Mapping[str, Membership],
+    producer: Sequence[Membership],
     engine: Mapping[str, Membership],
     modules: Mapping[str, ModuleInfo],
     producer_label: str,
     engine_label: str,
 ) -> list[Finding]:
-    """One warning per engine layer whose modules the producer and the engine resolve
-    differently (another scheme, or quantized on one side only)."""
-    by_layer: dict[str, list[str]] = {}
+    """One warning per engine layer whose modules the producer (``producer``: each module's
+    membership, in module order) and the engine resolve differently (another scheme, or
+    quantized on one side only)."""
+    by_layer: dict[str, list[tuple[str, Membership]]] = {}
     unquantized = (EXCLUDED, UNLISTED)
-    for name, info in modules.items():
-        ours, engines = producer[name].bucket, engine[name].bucket
-        # one scheme on both sides, or unquantized on both (excluded or unlisted alike)
-        if ours == engines or (ours in unquantized and engines in unquantized):
+    names = list(modules)
+    # the modules whose buckets differ found in C: a MoE has a quarter million, most agree
+    engine_buckets = map(_BUCKET, map(engine.__getitem__, names))
+    differ = compress(
+        zip(names, producer, strict=True), map(ne, map(_BUCKET, producer), engine_buckets)
+    )
+    for name, mine in differ:
+        # unquantized on both sides (excluded or unlisted alike) is no disagreement
+        if mine.bucket in unquantized and engine[name].bucket in unquantized:
             continue
-        by_layer.setdefault(info.engine_name, []).append(name)
+        by_layer.setdefault(modules[name].engine_name, []).append((name, mine))
     out = []
-    for layer, names in sorted(by_layer.items()):
-        name = names[0]
-        mine, theirs = producer[name], engine[name]
-        more = f" (and {len(names) - 1} more of this layer)" if len(names) > 1 else ""
+    for layer, differing in sorted(by_layer.items()):
+        name, mine = differing[0]
+        more = f" (and {len(differing) - 1} more of this layer)" if len(differing) > 1 else ""
         out.append(
             finding(
                 "producer-engine-disagree",
                 f"{name}{more}: {producer_label} resolves it {_say(mine)}; {engine_label} "
-                f"resolves its layer {layer} {_say(theirs)}",
+                f"resolves its layer {layer} {_say(engine[name])}",
                 module=layer,
             )
         )
     return out
+
+
+_BUCKET = itemgetter(0)
 
 
 def _say(membership: Membership) -> str:
