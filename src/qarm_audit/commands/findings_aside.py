@@ -2,12 +2,15 @@
 while the audit resolves the modules.
 
 Once the modules are grouped, the layer tree built and every ``re:`` entry matched, the
-producer's view (each module as the library that wrote a compressed-tensors declaration
-resolves it) and the completeness check depend only on what is built by then: on a MoE of a
-quarter million modules the two take half a second. A copy of the process
+producer's view (each module as the library that wrote a compressed-tensors or bitsandbytes
+declaration resolves it) and the completeness check depend only on what is built by then: on a
+MoE of a quarter million modules the two take half a second. Where a producer's view is
+modelled, a copy of the process
 (``sources/aside.py``) works them out on another CPU while the process resolves the modules,
 groups them alike, cross-checks them and writes the rows, and the process takes what the copy
-sent where it wants it. Nothing the process does meanwhile changes a module. Nothing reported
+sent where it wants it (the completeness check alone, a sixth of a second, does not repay what
+the copy costs the process: each page the two share is copied on its first write). Nothing the
+process does meanwhile changes a module. Nothing reported
 depends on the copy: it sends what the same work gives here (the report sorts every finding),
 and what it has not sent (it could not be made, died, its work raised, or, past the first
 part, it has not got there yet) the process works out itself, meeting any error the work
@@ -93,8 +96,12 @@ class FindingsAside:
         if not complete:
             parts.append(partial(completeness_refusals, modules, model_config))
         self._parts = parts
+        # without a producer's view the completeness check alone does not repay the copy's tax
+        viewed = declaration.compressed_tensors is not None or declaration.bnb is not None
         self._aside: Aside[Any] | None = (
-            Aside(lambda: (part() for part in parts)) if len(modules) >= ASIDE_MIN_MODULES else None
+            Aside(lambda: (part() for part in parts))
+            if viewed and len(modules) >= ASIDE_MIN_MODULES
+            else None
         )
 
     def take(self) -> tuple[ProducerView, list[Finding]]:
