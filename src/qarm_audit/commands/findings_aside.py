@@ -5,12 +5,11 @@ Once the modules are grouped, the layer tree built and every ``re:`` entry match
 producer's view (each module as the library that wrote a compressed-tensors or bitsandbytes
 declaration resolves it) and the completeness check depend only on what is built by then: on a
 MoE of a quarter million modules the two take half a second. Where a producer's view is
-modelled, a copy of the process
-(``sources/aside.py``) works them out on another CPU while the process resolves the modules,
-groups them alike, cross-checks them and writes the rows, and the process takes what the copy
-sent where it wants it (the completeness check alone, a sixth of a second, does not repay what
-the copy costs the process: each page the two share is copied on its first write). Nothing the
-process does meanwhile changes a module. Nothing reported
+modelled, a copy of the process (``sources/aside.py``) works them out on another CPU while the
+process resolves the modules, groups them alike, cross-checks them and writes the rows, and
+the process takes what the copy sent where it wants it. The completeness check alone, a sixth
+of a second, does not repay what the copy costs the process (each page the two share is copied
+on its first write). Nothing the process does meanwhile changes a module. Nothing reported
 depends on the copy: it sends what the same work gives here (the report sorts every finding),
 and what it has not sent (it could not be made, died, its work raised, or, past the first
 part, it has not got there yet) the process works out itself, meeting any error the work
@@ -66,7 +65,11 @@ def producer_part(
     if unreadable is not None:
         return ProducerView(unreadable, None)
     view = producer_view(declaration, modules)
-    return ProducerView(None, _places(view.values()) if view is not None else None)
+    if view is None:
+        return ProducerView(None, None)
+    if list(view) != list(modules):  # the places are read in module order
+        raise AssertionError("the producer's view is not in module order")
+    return ProducerView(None, _places(view.values()))
 
 
 def _places(memberships: Iterable[Membership]) -> tuple[tuple[Membership, ...], array[int]]:
@@ -118,7 +121,8 @@ class FindingsAside:
                 value = part()
             got.append(value)
         self.close()
-        return cast(ProducerView, got[0]), cast("list[Finding]", got[1]) if len(got) > 1 else []
+        completeness: list[Finding] = got[1] if len(got) > 1 else []
+        return cast(ProducerView, got[0]), completeness
 
     def close(self) -> None:
         if self._aside is not None:
