@@ -32,7 +32,7 @@ from ..declarations import Declaration
 from ..findings import Finding
 from ..layers import ModelConfig
 from ..modules.inventory import ModuleInfo
-from ..resolve.producer import producer_cannot_compile, producer_view
+from ..resolve.producer import producer_cannot_compile, producer_modelled, producer_view
 from ..resolve.resolver import Membership
 from ..sources.aside import Aside
 
@@ -100,7 +100,7 @@ class FindingsAside:
             parts.append(partial(completeness_refusals, modules, model_config))
         self._parts = parts
         # without a producer's view the completeness check alone does not repay the copy's tax
-        viewed = declaration.compressed_tensors is not None or declaration.bnb is not None
+        viewed = producer_modelled(declaration)
         self._aside: Aside[Any] | None = (
             Aside(lambda: (part() for part in parts))
             if viewed and len(modules) >= ASIDE_MIN_MODULES

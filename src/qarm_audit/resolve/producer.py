@@ -53,11 +53,18 @@ def producer_cannot_compile(declaration: Declaration, engine_label: str) -> Find
     return None
 
 
+def producer_modelled(declaration: Declaration) -> bool:
+    """Whether a producer's view is modelled for the declaration's family: bitsandbytes'
+    (transformers) and compressed-tensors'. ModelOpt writes its lists from its own module
+    names: the literal reading."""
+    return declaration.bnb is not None or declaration.compressed_tensors is not None
+
+
 def producer_view(
     declaration: Declaration, modules: Mapping[str, ModuleInfo]
 ) -> dict[str, Membership] | None:
     """Each module as the producer's library resolves it; None where no producer view is
-    modelled (ModelOpt writes its lists from its own module names: the literal reading)."""
+    modelled (:func:`producer_modelled`), or none can be taken."""
     if declaration.bnb is not None:
         return bnb_producer_view(declaration.bnb, modules)
     rules = declaration.compressed_tensors
