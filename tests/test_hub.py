@@ -227,6 +227,8 @@ DEEPSEEK = [f"model-{i:05d}-of-000003.safetensors" for i in (1, 2, 3)]
         ([*SHARDS, *STALE], []),  # two whole sets: either could be the index's
         (["model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"], []),
         (["model-1-of-1" + "0" * 5000 + ".safetensors", "model-٠١-of-٠١.safetensors"], []),
+        # one number spelled two ways: not each once, so no set is whole
+        (["model-1-of-2.safetensors", "model-01-of-2.safetensors", "model-2-of-2.safetensors"], []),
     ],
 )
 def test_the_shards_read_ahead_are_one_whole_set(listing: list[str], ahead: list[str]) -> None:

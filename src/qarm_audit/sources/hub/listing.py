@@ -171,14 +171,19 @@ def likely_shards(listing: Collection[str], count: int) -> list[str]:
     set (``1`` to ``n``, each once). None where they form none, or several (a checkpoint sharded
     again beside its old shards): reading either set ahead could be reading the wrong one."""
     sets: dict[str, dict[int, str]] = {}
+    spelled_twice: set[str] = set()  # one number written two ways (1 and 01): no whole set
     for name in listing:
         found = _NUMBERED_SHARD.fullmatch(name)
         if found is not None:
-            sets.setdefault(found[2], {})[int(found[1])] = name
+            files = sets.setdefault(found[2], {})
+            if files.setdefault(int(found[1]), name) != name:
+                spelled_twice.add(found[2])
     whole = [
         files
         for of, files in sets.items()
-        if len(files) == int(of) and set(files) == set(range(1, int(of) + 1))
+        if of not in spelled_twice
+        and len(files) == int(of)
+        and set(files) == set(range(1, int(of) + 1))
     ]
     if len(whole) != 1:
         return []
