@@ -187,7 +187,14 @@ def test_many_dotstar_patterns_are_a_verdict_not_a_deadline() -> None:
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"(?=a)(a|aa)+b", r"(a)\1(a|aa)*b", r"(?!x)(\w+\s?)+$", r"(?=.)(.*)*x"],
+    [
+        r"(?=a)(a|aa)+b",
+        r"(a)\1(a|aa)*b",
+        r"(?!x)(\w+\s?)+$",
+        r"(?=.)(.*)*x",
+        r"(?!z)(?:..?)*[\x00\x01]",  # an optional in a repeat: (?:.|..)* spelled otherwise
+        r"(?!z)(?:(?:ab)?c?)+d",
+    ],
 )
 def test_a_pattern_only_python_can_run_that_backtracks_is_refused_at_once(pattern: str) -> None:
     with pytest.raises(PatternError, match="catastrophic backtracking"):
@@ -207,3 +214,7 @@ def test_a_name_only_python_can_answer_is_refused_for_an_unsafe_pattern() -> Non
     with pytest.raises(PatternError, match=r"not printable ASCII|is not; Python's re"):
         matcher.first("a" * 40 + "c\n")
     assert FirstMatch([r"ab$"], "targets").first("ab\n") == 0  # safe: Python's re answers
+    optional = FirstMatch([r"(?:a?)*c$"], "targets")  # re2 runs it; Python's re would not end
+    assert optional.first("a" * 40 + "c") == 0
+    with pytest.raises(PatternError, match=r"is not; Python's re"):
+        optional.first("a" * 40 + "c\n")

@@ -265,7 +265,7 @@ def _repeats(items: list[Any]) -> tuple[int, bool]:
             many = high is _c.MAXREPEAT or high > 1
             inner, deeper = _repeats(_items(body))
             count += inner + (1 if many else 0)
-            nested = nested or deeper or (many and (inner > 0 or _has_branch(_items(body))))
+            nested = nested or deeper or (many and (inner > 0 or _has_choice(_items(body))))
         elif name == "BRANCH":
             for branch in av[1]:
                 inner, deeper = _repeats(_items(branch))
@@ -284,12 +284,18 @@ def _repeats(items: list[Any]) -> tuple[int, bool]:
     return count, nested
 
 
-def _has_branch(items: list[Any]) -> bool:
+def _has_choice(items: list[Any]) -> bool:
+    """Whether the sequence can match one text in more than one way: an alternation, or an
+    item repeated a varying number of times (``?`` included: ``(?:..?)*`` is ``(?:.|..)*``)."""
     for op, av in items:
         name = op.name
         if name in ("BRANCH", "GROUPREF_EXISTS"):
             return True
-        if name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT") and _has_branch(
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, high, body = av
+            if low != high or _has_choice(_items(body)):
+                return True
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP", "ASSERT", "ASSERT_NOT") and _has_choice(
             _body(name, av)
         ):
             return True
