@@ -391,6 +391,23 @@ def test_a_moe_whose_intermediate_size_is_no_whole_number_of_blocks_is_refused(
     assert [r["module"] for r in found] == ["model.layers.0.mlp.experts"]
 
 
+@pytest.mark.parametrize("shape", [(32 * 64,), ()])
+def test_an_expert_weight_of_another_rank_is_refused_not_an_internal_error(
+    tmp_path: Path, run: Any, shape: tuple[int, ...]
+) -> None:
+    tensors = moe_tensors()
+    tensors["model.layers.0.mlp.experts.0.gate_proj.weight"] = ("F8_E4M3", shape)
+    root = write_checkpoint(
+        tmp_path / "moe",
+        {"model.safetensors": tensors},
+        {"config.json": moe_config(weight_block_size=[64, 32])},
+    )
+    code, report = audit(run, root)
+    assert code == 1
+    refused = {(r["code"], r["module"]) for r in report["refusals"]}
+    assert ("operand-shape", "model.layers.0.mlp.experts.0.gate_proj") in refused, refused
+
+
 def deepseek_v3(hidden: int = 256) -> dict[str, Any]:
     """DeepSeek-V3's layout at its real MLA widths (q_lora_rank 1536, kv_lora_rank 512 + rope
     64 = 576 rows of kv_a_proj_with_mqa): one dense layer, one MoE layer with a shared expert."""

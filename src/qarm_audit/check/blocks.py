@@ -38,7 +38,9 @@ def block_refusals(
             sizes = {
                 m.weight.shape[-2]
                 for m in members
-                if m.leaf in ("gate_proj", "up_proj", "w1", "w3") and m.weight is not None
+                if m.leaf in ("gate_proj", "up_proj", "w1", "w3")
+                and m.weight is not None
+                and len(m.weight.shape) >= 2  # a weight of another rank is refused elsewhere
             }
             out.extend(
                 finding(
