@@ -255,6 +255,21 @@ def test_default_engine_is_vllm(run) -> None:
             "[[rules]]\narm='none'\nreason='r'\ngpu_min=100\ngpu_max=90\n",
             "gpu_min 100 is above gpu_max 90",
         ),
+        *(
+            (
+                "name='x'\nengine='e'\ndescription='d'\nrouting='declared'\n"
+                "[[rules]]\narm='unknown'\nreason='r'\n"
+                "[[kv_errors]]\nproducer=['compressed-tensors']\nreads='type_bits'\n"
+                f"accepts=[['float', 8]]\ntext='received {text}'\n",
+                where,
+            )
+            for text, where in (
+                ("{nope}", "names {nope}; it may name only {num_bits}"),
+                ("{num_bits.__class__}", "names {num_bits.__class__}"),
+                ("{num_bits:>4}", "formats {num_bits} with '>4'"),
+                ("{", "is no format template"),
+            )
+        ),
     ],
 )
 def test_a_malformed_user_profile_is_a_named_profile_error(

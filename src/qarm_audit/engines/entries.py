@@ -5,6 +5,7 @@ away, the config groups it drops. Each entry cites the engine's source."""
 from __future__ import annotations
 
 import re
+from string import Formatter
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, model_validator
@@ -25,6 +26,30 @@ def _cited(source: str | None) -> str | None:
 
 Source = Annotated[str | None, AfterValidator(_cited)]
 """Where a rule comes from in the engine's source: ``owner/repo path@commit``."""
+
+KV_ERROR_FIELDS = frozenset({"num_bits", "type", "strategy", "symmetric", "strategy_enum"})
+"""What a :class:`KvError` text may name: the declaration's values it is filled with."""
+
+
+def _kv_template(text: str) -> str:
+    """A :class:`KvError` text fills in only its named values, each whole: no attribute or
+    index (which would read into the values), no format spec (which a value of another type
+    than the text expects would fail), and braces in pairs."""
+    try:
+        parts = list(Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"text {text!r} is no format template: {exc}") from None
+    for _literal, field, spec, _conversion in parts:
+        if field is None:
+            continue
+        if spec:
+            raise ValueError(f"text {text!r} formats {{{field}}} with {spec!r}; it may not")
+        if field not in KV_ERROR_FIELDS:
+            raise ValueError(
+                f"text {text!r} names {{{field}}}; it may name only "
+                + ", ".join(f"{{{name}}}" for name in sorted(KV_ERROR_FIELDS))
+            )
+    return text
 
 
 def cite(source: str | None) -> str:
@@ -318,7 +343,7 @@ class KvError(BaseModel):
     value (``if not is_symmetric``)."""
     accepts: list[Any]
     """The values it passes, compared as Python compares them (``8.0 == 8``)."""
-    text: str
+    text: Annotated[str, AfterValidator(_kv_template)]
     """The engine's error text, a :meth:`str.format` template over ``num_bits``, ``type``,
     ``strategy``, ``symmetric`` (as written, None where not) and ``strategy_enum``
     (``QuantizationStrategy.GROUP``, as the engine prints the strategy it parsed)."""
