@@ -25,6 +25,7 @@ import test_producers
 from qarm_audit import audit
 from qarm_audit.commands.explain import explain
 from qarm_audit.declarations import read_declaration
+from qarm_audit.errors import PatternError
 from test_producers import Tensors, write_tensors, zeros
 
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
@@ -212,6 +213,35 @@ def test_experts_shipped_bf16_are_refused_with_the_engines_view(tmp_path: Path) 
     message = report.refusals[0].message
     assert "reads no modules_to_not_convert" in message and "GptOssMxfp4MoEMethod" in message
     assert {(w.code, w.module) for w in report.warnings} == {("producer-engine-disagree", EXPERTS)}
+
+
+@pytest.mark.parametrize(
+    ("entry", "skipped"),
+    [
+        # two unbounded repeats: re2 answers, as Python's re would
+        ("model.*.mlp.*", {EXPERTS, "model.layers.1.mlp.experts"}),
+        ("model.layers.0.mlp.exp", set()),  # the match ends inside a part of the name
+        ("model.layers.0.", {EXPERTS}),  # ... or just after a dot
+        ("(?:.?.?)*[xy]", set()),  # Python's re would not end on a long name; re2 answers
+        ("a{4294967296}", set()),  # no valid regex: a suffix only (transformers would raise)
+        ("(?:" * 1000 + "a" + ")" * 1000, set()),  # nested beyond re's parser: no regex either
+    ],
+)
+def test_a_modules_to_not_convert_entry_is_matched_as_transformers_matches_it(
+    tmp_path: Path, entry: str, skipped: set[str]
+) -> None:
+    config = {"quant_method": "mxfp4", "modules_to_not_convert": [*NOT_CONVERT, entry]}
+    report = audit(str(checkpoint(tmp_path, quantization_config=config)), engine="vllm")
+    disagree = {w.module for w in report.warnings if w.code == "producer-engine-disagree"}
+    assert disagree == skipped
+
+
+def test_a_modules_to_not_convert_entry_python_could_not_end_on_is_refused(
+    tmp_path: Path,
+) -> None:
+    config = {"quant_method": "mxfp4", "modules_to_not_convert": ["(?=m)(?:..?)*s"]}
+    with pytest.raises(PatternError, match=r"modules_to_not_convert.*catastrophic backtracking"):
+        audit(str(checkpoint(tmp_path, quantization_config=config)), engine="vllm")
 
 
 @pytest.mark.parametrize(

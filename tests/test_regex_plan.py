@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from qarm_audit.errors import PatternError
 from qarm_audit.resolve.matchers import FirstMatch
+from qarm_audit.resolve.mxfp4 import _skips
 from qarm_audit.resolve.regex_plan import plan
 
 PROPERTY = settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,6 +142,27 @@ def test_many_names_at_once_are_each_names_first_match(
             matcher.first(name)
     got = matcher.firsts(names)
     assert got == (None if "refused" in expected else expected), (sources, names)
+
+
+@PROPERTY
+@given(patterns(), st.lists(st.sampled_from([*NAME_CHARS, ".", "."]), max_size=8).map("".join))
+@example("a.", "a.b")
+@example(r"a\b", "a.b")
+@example(r"a\.\b", "a.b")  # a \b past the cut: only the whole name has the answer
+@example(r"a\.(?=b)", "a.b")
+@example("(?:.?.?)*[xy]", "mx.y")
+def test_an_mxfp4_skip_entry_is_the_regex_transformers_matches(key: str, name: str) -> None:
+    """transformers' ``re.match(rf"(?:{key})(?:(?<=\\.)|(?=\\.|$))", name)``, matched without
+    running Python's re where it could backtrack without end (or refused by name)."""
+    whole = rf"(?:{key})(?:(?<=\.)|(?=\.|$))"
+    if not compiles(whole):
+        return
+    try:
+        got = _skips(key, name)
+    except PatternError:
+        assert not plan(whole).python_safe  # refused only where Python's re may not end
+        return
+    assert got == (re.match(whole, name) is not None), (key, name)
 
 
 @PROPERTY

@@ -17,10 +17,13 @@ import re
 from collections.abc import Mapping
 
 from ..declarations import Mxfp4Rules
+from ..errors import PatternError
 from ..findings import finding
 from ..layers import LayerTree
 from ..modules.inventory import ModuleInfo
+from .matchers import MAX_PATTERN_LENGTH, FirstMatch
 from .packed import LINEAR_KINDS, ListResolver
+from .regex_plan import looks_past_its_match
 from .resolver import UNLISTED, Membership, Resolution, layer_override
 
 UNQUANTIZED_LINEAR = "LinearBase (UnquantizedLinearMethod)"
@@ -63,19 +66,40 @@ def resolve_mxfp4(
 
 
 _BOUNDARY = r"(?:(?<=\.)|(?=\.|$))"
+_WHERE = "modules_to_not_convert"
 
 
 def producer_skip(name: str, entries: tuple[str, ...] | None) -> str | None:
     """The ``modules_to_not_convert`` entry for which transformers' ``should_convert_module``
     is False for ``name`` (a regex ``re.match``-ed from the start up to a module boundary, or
     a suffix), or None. transformers 5.24.0 ``quantizers/quantizers_utils.py``; an entry that
-    is no valid regex matches as a suffix only (transformers itself would raise)."""
+    is no valid regex matches as a suffix only (transformers itself would raise). Matched as
+    every declared pattern is (``matchers.py``): by re2 where it has the exact answer, by
+    Python's ``re`` only where that cannot backtrack without end, else refused by name
+    (:class:`~qarm_audit.errors.PatternError`)."""
     for key in entries or ():
-        if name.endswith(key):
+        if name.endswith(key) or _skips(key, name):
             return key
-        try:
-            if re.match(rf"(?:{key}){_BOUNDARY}", name):
-                return key
-        except re.error:
-            continue
     return None
+
+
+def _skips(key: str, name: str) -> bool:
+    r"""``re.match(rf"(?:{key}){_BOUNDARY}", name)``, without running Python's ``re`` where it
+    could backtrack without end. The boundary holds where the match ends before a dot or at
+    the end (a pattern re2 runs: ``(?:key)(?:\.|$)``) or just after a dot: where ``key``
+    looks at nothing past its match, whether it matches up to a place depends on the name up
+    to there alone, so that is ``(?:key)\Z`` on the name cut after each of its dots."""
+    if len(key) > MAX_PATTERN_LENGTH:
+        raise PatternError(_WHERE, f"entry of {len(key)} characters is above the cap")
+    whole = rf"(?:{key}){_BOUNDARY}"
+    try:
+        re.compile(whole)
+    except (re.error, OverflowError, ValueError, RecursionError):
+        return False  # no valid regex: a suffix only
+    if looks_past_its_match(key):
+        return FirstMatch([whole], _WHERE).first(name) is not None
+    if FirstMatch([rf"(?:{key})(?:\.|$)"], _WHERE).first(name) is not None:
+        return True
+    cut = FirstMatch([rf"(?:{key})\Z"], _WHERE)
+    dots = (place for place, char in enumerate(name) if char == ".")
+    return any(cut.first(name[: place + 1]) is not None for place in dots)

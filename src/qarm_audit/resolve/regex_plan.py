@@ -324,3 +324,36 @@ def _required(items: list[Any], runs: list[str]) -> None:
         elif name == "ATOMIC_GROUP":
             _required(_items(av), runs)
     runs.append("".join(run))
+
+
+def looks_past_its_match(pattern: str) -> bool:
+    """Whether the pattern (one ``re.compile`` accepts) asserts anything of the text past
+    where it stands (``$``, ``\\Z``, ``\\b``, ``\\B``, a lookaround): only such a pattern can
+    match up to a place in a text and not in the text cut there."""
+    return _asserts(_items(_parser.parse(pattern)))
+
+
+def _asserts(items: list[Any]) -> bool:
+    for op, av in items:
+        name = op.name
+        if name in ("ASSERT", "ASSERT_NOT") or (name == "AT" and av.name in _RIGHT_CONTEXT):
+            return True
+        if any(map(_asserts, _inside(name, av))):
+            return True
+    return False
+
+
+def _inside(name: str, av: Any) -> list[list[Any]]:
+    """The sequences a node of the parse tree holds."""
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "SUBPATTERN"):
+        return [_items(av[-1])]
+    if name == "ATOMIC_GROUP":
+        return [_items(av)]
+    if name == "BRANCH":
+        return [_items(branch) for branch in av[1]]
+    if name == "GROUPREF_EXISTS":
+        return [_items(branch) for branch in av[1:] if branch is not None]
+    return []
+
+
+_RIGHT_CONTEXT = frozenset({"AT_END", "AT_END_STRING", "AT_BOUNDARY", "AT_NON_BOUNDARY"})
