@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from qarm_audit.errors import PatternError
+from qarm_audit.resolve import matchers
 from qarm_audit.resolve.matchers import FirstMatch
 from qarm_audit.resolve.mxfp4 import _skips
 from qarm_audit.resolve.regex_plan import plan
@@ -142,6 +143,58 @@ def test_many_names_at_once_are_each_names_first_match(
             matcher.first(name)
     got = matcher.firsts(names)
     assert got == (None if "refused" in expected else expected), (sources, names)
+
+
+@PROPERTY
+@given(
+    st.lists(patterns(), min_size=1, max_size=5),
+    st.lists(NAMES, min_size=1, max_size=12, unique=True),
+    st.lists(NAMES, max_size=4),
+)
+@example(
+    [r".*layers\.17\.mlp\.experts\.\d+\.(gate|up|down)_proj$", r".*layers\.1\..*"],
+    [f"m.layers.{n}.mlp.experts.{e}.up_proj" for n in (1, 17) for e in ("3", "0")],
+    ["m.layers.1.mlp.experts.0.up_proj", "m.layers.2.x"],
+)
+def test_outcomes_learned_from_a_copy_answer_as_the_names_own(
+    sources: list[str], names: list[str], others: list[str]
+) -> None:
+    """What a copy of the process worked out (``worked_out``, then ``learn`` in a set that
+    knew nothing) gives each name the plain loop's first match: asked for the same names in
+    one call (read as learned, not looked up one by one), then for other names, then one by
+    one."""
+    sources = [s for s in sources if compiles(s)]
+    if not sources:
+        return
+    try:
+        FirstMatch(sources, "targets")
+    except PatternError:
+        return
+    compiled = [re.compile(s) for s in sources]
+    matchers._pattern_set.cache_clear()  # the copy: a set that knows nothing yet either
+    copy = FirstMatch(sources, "targets")
+    worked = copy.shared.worked_out(names)
+    if all(n.isascii() and n.isprintable() for n in names):  # all primed: kept in order
+        assert copy.shared.learned_for(names) == worked
+    expected: list[int | str | None] = []
+    for name in names:
+        try:
+            expected.append(copy.first(name))  # the plain loop's, as the test above shows
+        except PatternError:
+            expected.append("refused")
+    matchers._pattern_set.cache_clear()  # the process: a set that knows nothing yet
+    matcher = FirstMatch(sources, "targets")
+    assert matcher.shared is not copy.shared
+    matcher.shared.learn(list(names), worked)
+    got = matcher.firsts(list(names))
+    assert got == (None if "refused" in expected else expected), (sources, names)
+    if None not in worked:
+        assert matcher.shared.learned_for(list(names)) is worked  # read as learned, kept
+    for name in [*others, *names]:
+        with contextlib.suppress(PatternError):
+            assert matcher.first(name) == plain_loop(compiled, name), (sources, name)
+    assert matcher.shared.learned_for(names) is None  # a name asked alone: now in the memo
+    assert matcher.firsts(names) == got
 
 
 @PROPERTY

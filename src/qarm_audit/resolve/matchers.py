@@ -14,6 +14,7 @@ import bisect
 import fnmatch
 import functools
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, compress, repeat
 from operator import itemgetter
@@ -156,7 +157,10 @@ class _PatternSet:
     def __init__(self, patterns: Sequence[str], where: str) -> None:
         self.patterns = list(patterns)
         self.where = where
-        self.memo: dict[str, _Outcome] = {}
+        self._memo: dict[str, _Outcome] = {}
+        self._learned: tuple[list[str], list[_Outcome]] | None = None
+        """What :meth:`learn` took, kept as given until a name is asked on its own: a caller
+        asking about the same names in the same order (:meth:`learned_for`) reads it as it is."""
         self.plans = [plan_user_regex(p, where) for p in self.patterns]
         self.python: dict[int, re.Pattern[str]] = {}
         """Python's compiled patterns, made where first needed (re2 takes most names)."""
@@ -194,6 +198,26 @@ class _PatternSet:
                 self.automaton.add_word(literal, place)
             self.automaton.make_automaton()
 
+    @property
+    def memo(self) -> dict[str, _Outcome]:
+        """Each name asked about -> its outcome (what :meth:`learn` took included)."""
+        if self._learned is not None:
+            names, outcomes = self._learned
+            self._learned = None
+            self._memo.update(zip(names, outcomes, strict=True))
+        return self._memo
+
+    def learned_for(self, names: Sequence[str]) -> list[_Outcome] | None:
+        """The outcomes :meth:`learn` took, where it took them for exactly ``names`` (in this
+        order) and none is missing; else None. A quarter million names are compared in
+        milliseconds, where looking each up again takes tens of them."""
+        learned = self._learned
+        if learned is not None and (
+            names is learned[0] or (isinstance(names, list) and names == learned[0])
+        ):
+            return learned[1]
+        return None
+
     def candidates(self, name: str) -> list[int] | tuple[int, ...]:
         """Pattern numbers, in order, that could match ``name``."""
         hits = list(self.automaton.iter(name)) if self.automaton is not None else []
@@ -212,7 +236,8 @@ class _PatternSet:
         """Every pattern that matches ``name`` and every one that refuses it (by number),
         each tried once per name: the resolver and the producer view ask for the same
         names, each in its own order."""
-        known = self.memo.get(name)
+        memo = self.memo
+        known = memo.get(name)
         if known is not None:
             return known
         numbers = self.candidates(name)
@@ -234,9 +259,9 @@ class _PatternSet:
                 except PatternError as exc:
                     refusals.append((number, exc))
             found = (tuple(matches), tuple(refusals))
-        if len(self.memo) >= MEMO_CAP:
-            self.memo.clear()  # a long-lived process audits many checkpoints: stay bounded
-        self.memo[name] = found
+        if len(memo) >= MEMO_CAP:
+            memo.clear()  # a long-lived process audits many checkpoints: stay bounded
+        memo[name] = found
         return found
 
     def prime(self, names: Iterable[str]) -> None:
@@ -270,25 +295,30 @@ class _PatternSet:
                     multi[owner] = [single.pop(owner), number]
                 else:
                     single[owner] = number
-        memo.update(zip(todo, repeat(_NO_MATCH)))
-        alone = self.alone
-        memo.update(
-            zip(map(todo.__getitem__, single), map(alone.__getitem__, single.values()), strict=True)
-        )
+        outcomes = [_NO_MATCH] * len(todo)
+        deque(map(outcomes.__setitem__, single, map(self.alone.__getitem__, single.values())), 0)
         shared: dict[tuple[int, ...], _Outcome] = {}
         for owner, numbers in multi.items():
             key = tuple(numbers)
-            memo[todo[owner]] = shared.setdefault(key, (key, ()))
+            outcomes[owner] = shared.setdefault(key, (key, ()))
+        if memo:
+            memo.update(zip(todo, outcomes, strict=True))
+        else:  # nothing known before: kept in order, for a caller asking about these names
+            self._learned = (todo, outcomes)
 
     def worked_out(self, names: list[str]) -> list[_Outcome | None]:
         """What each of ``names`` matches, as :meth:`prime` works it out (None for a name it
         leaves to :meth:`outcome`): for :meth:`learn` in another process."""
         self.prime(names)
-        return list(map(self.memo.get, names))
+        learned = self.learned_for(names)
+        return list(learned) if learned is not None else list(map(self.memo.get, names))
 
     def learn(self, names: list[str], outcomes: list[_Outcome | None]) -> None:
         """Take what :meth:`worked_out` gave for ``names`` (on the same patterns) as known."""
         if len(self.memo) + len(names) > MEMO_CAP:
+            return
+        if not self._memo and None not in outcomes:
+            self._learned = (names, cast("list[_Outcome]", outcomes))  # looked up if asked
             return
         if None in outcomes:
             self.memo.update((n, o) for n, o in zip(names, outcomes, strict=True) if o is not None)
@@ -395,10 +425,12 @@ class FirstMatch:
         if not self.patterns:  # an ignore list of exact names only: nothing to try
             return [None] * len(names)
         shared = self.shared
-        known = list(map(shared.memo.get, names))
+        learned = shared.learned_for(names)
+        known = learned if learned is not None else list(map(shared.memo.get, names))
         if None in known:  # not every name known yet (a second asker finds them all)
             shared.prime(names)
-            known = list(map(shared.memo.get, names))
+            learned = shared.learned_for(names)
+            known = learned if learned is not None else list(map(shared.memo.get, names))
         outcomes: list[_Outcome] = (
             [o if o is not None else shared.outcome(n) for n, o in zip(names, known, strict=True)]
             if None in known  # not primed: a name not printable ASCII, or too many names
