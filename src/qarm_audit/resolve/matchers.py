@@ -159,8 +159,10 @@ class _PatternSet:
         self.where = where
         self._memo: dict[str, _Outcome] = {}
         self._learned: tuple[list[str], list[_Outcome]] | None = None
-        """What :meth:`learn` took, kept as given until a name is asked on its own: a caller
-        asking about the same names in the same order (:meth:`learned_for`) reads it as it is."""
+        """Names and their outcomes in the names' order, as :meth:`learn` took them or
+        :meth:`prime` worked them out for names none of which were known, kept so until a name
+        is asked on its own: a caller asking about the same names in the same order
+        (:meth:`learned_for`) reads them as they are."""
         self.plans = [plan_user_regex(p, where) for p in self.patterns]
         self.python: dict[int, re.Pattern[str]] = {}
         """Python's compiled patterns, made where first needed (re2 takes most names)."""
@@ -208,8 +210,8 @@ class _PatternSet:
         return self._memo
 
     def learned_for(self, names: Sequence[str]) -> list[_Outcome] | None:
-        """The outcomes :meth:`learn` took, where it took them for exactly ``names`` (in this
-        order) and none is missing; else None. A quarter million names are compared in
+        """The outcomes kept in order (see ``_learned``), where they are for exactly ``names``
+        (in this order); else None. A quarter million names are compared in
         milliseconds, where looking each up again takes tens of them."""
         learned = self._learned
         if learned is not None and (
