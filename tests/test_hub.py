@@ -331,6 +331,72 @@ def test_a_likely_shard_listed_without_a_size_is_no_error_unless_the_index_names
     assert "gives no size for it" in refused.stderr
 
 
+@pytest.mark.parametrize("header", ["ETag", "X-Linked-Etag"])
+# the relative one climbs from the cache's blobs/ to tmp_path: hf/models--org--etag/blobs
+@pytest.mark.parametrize("name", ["{outside}", "../../../outside/written", "W//{outside}"])
+def test_a_document_blob_named_as_a_path_is_refused_and_nothing_written(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any, header: str, name: str
+) -> None:
+    """huggingface_hub stores a download as ``blobs/<etag>``: an etag that is a path would
+    have it write the document (and a lock) outside the Hub cache."""
+    outside = tmp_path / "outside" / "written"
+    outside.parent.mkdir()
+    etag = name.format(outside=outside)
+    spec = RepoSpec.from_folder("org/etag", single(tmp_path))
+    resolve = hubserver._Router.resolve
+
+    def named_as_a_path(self: Any, segs: list[str]) -> Any:
+        answer = resolve(self, segs)
+        if answer is not None and segs[-1] == "config.json":
+            kept = [(k, v) for k, v in answer.headers if k.lower() != header.lower()]
+            answer.headers = [*kept, (header, f'"{etag}"')]
+        return answer
+
+    monkeypatch.setattr(hubserver._Router, "resolve", named_as_a_path)
+    hub(spec)
+    before = {p for p in tmp_path.rglob("*") if "hf" not in p.relative_to(tmp_path).parts[:1]}
+    refused = run("audit", f"org/etag@{spec.sha}", "--format", "json")
+    assert refused.exit_code == 3, refused.stderr
+    assert "config.json: the server names the file's blob '\"" in refused.stderr
+    assert f"({header}), which is no plain name" in refused.stderr
+    assert not outside.exists() and not outside.with_suffix(".lock").exists()
+    after = {p for p in tmp_path.rglob("*") if "hf" not in p.relative_to(tmp_path).parts[:1]}
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda d: d.__setitem__("sha", 12345), "named no commit sha"),
+        (lambda d: d["siblings"].append({"rfilename": 7}), "names a file by 7, not a string"),
+        (
+            lambda d: [s["lfs"].__setitem__("sha256", 5) for s in d["siblings"] if "lfs" in s],
+            "gives its LFS sha256 as 5, not 64 hexadecimal digits",
+        ),
+        (
+            lambda d: [s.__setitem__("size", True) for s in d["siblings"]],
+            "gives no size for it",
+        ),
+    ],
+)
+def test_a_listing_field_of_another_type_is_a_named_hub_error(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any, change: Any, said: str
+) -> None:
+    spec = RepoSpec.from_folder("org/typed", single(tmp_path))
+    answer = hubserver._json_response
+
+    def retyped(status: int, payload: Any, headers: Any = ()) -> Any:
+        if isinstance(payload, dict) and isinstance(payload.get("siblings"), list):
+            change(payload)
+        return answer(status, payload, headers)
+
+    monkeypatch.setattr(hubserver, "_json_response", retyped)
+    hub(spec)
+    refused = run("audit", f"org/typed@{spec.sha}")
+    assert refused.exit_code == 3, refused.stderr
+    assert said in refused.stderr and "internal error" not in refused.stderr
+
+
 @pytest.mark.usefixtures("no_parameter_count")
 def test_the_index_total_size_sizes_the_first_wave(hub: Any, run: Any, tmp_path: Path) -> None:
     """A server that reports no parameter count, and shards not named as transformers names

@@ -42,6 +42,7 @@ from ...runtime import VERSION
 from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin, ShardIndex
 from ..index import parse_index
 from . import listing
+from .blob_names import install as install_blob_names
 from .cache import HeaderCache, record_ref
 from .deadline import HubDeadlineError
 from .deadline import install as install_deadlines
@@ -154,6 +155,7 @@ def _read_online(
     policy = RETRY
     ctx = dataclasses.replace(ctx, deadline=policy.start_deadline())
     install_deadlines()
+    install_blob_names()
     api = HfApi(library_name="qarm-audit", library_version=VERSION)
     headers = build_hf_headers(library_name="qarm-audit", library_version=VERSION)
 

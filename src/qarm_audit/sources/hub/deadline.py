@@ -111,6 +111,12 @@ _CURRENT = threading.local()
 """The deadline of the request the calling thread is making, if any."""
 
 
+def current_request() -> RequestDeadline | None:
+    """The deadline of the request the calling thread is making (one of qarm's), or None."""
+    deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
+    return deadline
+
+
 def install() -> None:
     """Watch the answers of huggingface_hub's session (once per session): an answer that
     arrives while a thread runs a request under a deadline is cut off when it passes. Answers

@@ -44,6 +44,8 @@ from .retry import (
 
 SHA = re.compile(r"[0-9a-fA-F]{40}")
 """A full commit sha."""
+SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+"""An LFS object's sha256, as the file listing gives it."""
 
 
 def read_listing(
@@ -87,7 +89,7 @@ def resolve(
 ) -> Context:
     """The context at the commit sha the listing names; a branch or tag is reported to
     ``watch.resolved`` (or refused with ``require_pinned``)."""
-    sha = (info.sha or "").lower()
+    sha = info.sha.lower() if isinstance(info.sha, str) else ""
     if SHA.fullmatch(sha) is None:
         raise HubError(ctx.location, f"the Hub named no commit sha for revision {ctx.revision!r}")
     if pinned and sha != ctx.revision.lower():
@@ -112,6 +114,20 @@ def files(ctx: Context, info: ModelInfo) -> dict[str, RepoSibling]:
     """The commit's files by name."""
     if info.siblings is None:
         raise HubError(ctx.location, f"the Hub returned no file listing for {ctx.repo}@{ctx.sha}")
+    for sibling in info.siblings:
+        if not isinstance(sibling.rfilename, str):
+            raise HubError(
+                ctx.location,
+                f"the file listing of {ctx.repo}@{ctx.sha} names a file by "
+                f"{sibling.rfilename!r}, not a string",
+            )
+        sha256 = getattr(sibling.lfs, "sha256", None)
+        if sibling.lfs is not None and not (isinstance(sha256, str) and SHA256.fullmatch(sha256)):
+            raise HubError(
+                sibling.rfilename,
+                f"the file listing of {ctx.repo}@{ctx.sha} gives its LFS sha256 as {sha256!r}, "
+                "not 64 hexadecimal digits",
+            )
     return {s.rfilename: s for s in info.siblings}
 
 
@@ -203,7 +219,7 @@ def shards(
                 INDEX_FILE, f"names shard {file!r}, which is not in {ctx.repo}@{ctx.sha}"
             )
         size = sibling.size if sibling.size is not None else getattr(sibling.lfs, "size", None)
-        if not isinstance(size, int):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise HubError(file, f"the listing of {ctx.repo}@{ctx.sha} gives no size for it")
         url = hf_hub_url(ctx.repo, file, revision=ctx.sha, endpoint=endpoint)
         found.append(Shard(file, size, url, sibling.lfs.sha256 if sibling.lfs else None))
