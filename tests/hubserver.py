@@ -167,6 +167,8 @@ class Fault:
     latency: float = 0.0
     status: int = 503
     retry_after: int | None = 1
+    status_retry_after: int | None = None
+    """``Retry-After`` sent with a ``status`` fault (none by default)."""
     keep_bytes: int | None = None
     shift: int = 1
     extra: int = 1
@@ -655,7 +657,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._drop(abort=fault.kind == "reset")
                 return
             if fault is not None and fault.kind == "status":
-                resp = _error(fault.status, f"Injected HTTP {fault.status}")
+                wait = fault.status_retry_after
+                asked = [] if wait is None else [("Retry-After", str(wait))]
+                resp = _error(fault.status, f"Injected HTTP {fault.status}", None, asked)
             elif fault is not None and fault.kind == "rate_limit":
                 headers = (
                     [] if fault.retry_after is None else [("Retry-After", str(fault.retry_after))]
@@ -1390,8 +1394,19 @@ class HubServer:
         path: str = "*",
         method: str | None = None,
         count: int | None = 1,
+        retry_after: int | None = None,
     ) -> Fault:
-        return self.add_fault(Fault("status", path=path, method=method, count=count, status=status))
+        """Answer ``status`` (with ``Retry-After: retry_after`` where given)."""
+        return self.add_fault(
+            Fault(
+                "status",
+                path=path,
+                method=method,
+                count=count,
+                status=status,
+                status_retry_after=retry_after,
+            )
+        )
 
     def rate_limit(
         self,

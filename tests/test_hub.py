@@ -13,6 +13,7 @@ import io
 import json
 import struct
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -587,6 +588,48 @@ def test_rate_limit_honours_retry_after(hub: Any, tmp_path: Path, sleeps: Sleeps
     server.rate_limit(retry_after=3600, path="*.safetensors")
     with pytest.raises(HubError, match="Retry-After asks for 3600 s"):
         open_source(f"org/single@{spec.sha}")
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        # huggingface_hub's own backoff would sleep 100001 s on the range read
+        (
+            lambda s: s.fail(503, path="*.safetensors", count=None, retry_after=100000),
+            "the Hub answered HTTP 503, and Retry-After asks for 100000 s, "
+            "more than the 60 s qarm waits",
+        ),
+        # hf_hub_download's metadata request would sleep 3601 s, up to 5 times
+        (
+            lambda s: s.rate_limit(retry_after=3600, path="*/config.json", count=None),
+            "config.json: downloading config.json: rate limited (HTTP 429), and Retry-After asks "
+            "for 3600 s, more than the 60 s qarm waits",
+        ),
+    ],
+)
+def test_a_wait_huggingface_hub_would_sleep_past_qarms_bound_ends_the_read(
+    hub: Any, run: Any, tmp_path: Path, fault: Any, said: str
+) -> None:
+    spec = RepoSpec.from_folder("org/waits", single(tmp_path))
+    fault(hub(spec))
+    started = time.monotonic()
+    refused = run("audit", f"org/waits@{spec.sha}")
+    assert refused.exit_code == 3, refused.stderr
+    assert said in refused.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_a_wait_asked_past_the_request_deadline_is_not_waited(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("QARM_HUB_REQUEST_DEADLINE", "5")
+    spec = RepoSpec.from_folder("org/waits", single(tmp_path))
+    hub(spec).fail(503, path="*.safetensors", count=None, retry_after=30)
+    started = time.monotonic()
+    refused = run("audit", f"org/waits@{spec.sha}")
+    assert refused.exit_code == 3, refused.stderr
+    assert "passed its deadline of 5 s (QARM_HUB_REQUEST_DEADLINE)" in refused.stderr
+    assert time.monotonic() - started < 20
 
 
 def test_timeout_is_retried(hub: Any, tmp_path: Path, monkeypatch: Any, sleeps: Sleeps) -> None:

@@ -32,7 +32,10 @@ from typing import Any
 
 import httpx2
 from huggingface_hub import get_session
-from huggingface_hub.utils import silent_tqdm  # type: ignore[attr-defined]  # public, lazily exported
+from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
+    parse_ratelimit_headers,
+    silent_tqdm,
+)
 
 from ...errors import HubError, UsageError
 from .watchdog import WATCHDOG, shut
@@ -68,11 +71,17 @@ class Deadline:
     """The audit's deadline, and each request's within it."""
 
     def __init__(
-        self, request: float, audit: float, clock: Callable[[], float] = time.monotonic
+        self,
+        request: float,
+        audit: float,
+        clock: Callable[[], float] = time.monotonic,
+        longest_wait: float = math.inf,
     ) -> None:
+        """``longest_wait``: the most seconds a server may ask a retry to wait for."""
         self.request_seconds = request
         self.audit_seconds = audit
         self.clock = clock
+        self.longest_wait = longest_wait
         self.audit_end = clock() + audit
         self.interrupted = False
         self._live: set[socket.socket] = set()
@@ -139,6 +148,7 @@ def _late(request: httpx2.Request) -> None:
 def _watch(response: httpx2.Response) -> None:
     deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
     if deadline is not None:
+        deadline.refuse_a_wait_past_it(response)
         stream = response.extensions.get("network_stream")
         sock = stream.get_extra_info("socket") if stream is not None else None
         if isinstance(sock, socket.socket):
@@ -189,6 +199,27 @@ class RequestDeadline:
         left = min(self.end, self.owner.audit_end) - self.owner.clock()
         self._watched.append(WATCHDOG.watch(sock, left))
 
+    def refuse_a_wait_past_it(self, response: httpx2.Response) -> None:
+        """huggingface_hub's backoff sleeps what a 429 or 5xx answer asks (``Retry-After`` in
+        seconds, or on a 429 the ``RateLimit`` reset where no request is left), plus 1 s, with
+        no bound, and nothing wakes it at a deadline: where the wait asked is longer than qarm
+        waits, or would pass this deadline, the request ends now."""
+        status = response.status_code
+        if status != 429 and status < 500:
+            return
+        asked = _asked_wait(response.headers, status)
+        if asked is None:
+            return
+        wait, asked_by = asked
+        reason = "rate limited (HTTP 429)" if status == 429 else f"the Hub answered HTTP {status}"
+        if wait > self.owner.longest_wait:
+            raise HubError(
+                self.where,
+                f"{self.what}: {reason}, and {asked_by} asks for {wait:g} s, more than the "
+                f"{self.owner.longest_wait:g} s qarm waits",
+            )
+        self.check(wait + 1)
+
     def check(self, wait: float = 0.0) -> None:
         """Raise once the request's or the audit's deadline has passed (or would, after
         waiting ``wait`` seconds)."""
@@ -221,3 +252,18 @@ class RequestDeadline:
                 return super().update(n)
 
         return _DeadlineTqdm
+
+
+def _asked_wait(headers: httpx2.Headers, status: int) -> tuple[float, str] | None:
+    """The wait an answer asks for as huggingface_hub reads it (2.4.0 ``_http_backoff_base``:
+    ``Retry-After`` in ASCII seconds, or on a 429 the ``RateLimit`` reset where no request is
+    left), and the header that asks; None where it asks for none (an HTTP date included:
+    huggingface_hub then waits its own backoff)."""
+    if status == 429:
+        limit = parse_ratelimit_headers(headers)
+        if limit is not None and limit.remaining == 0:
+            return float(limit.reset_in_seconds), "RateLimit"
+    value = headers.get("Retry-After", "").strip()
+    if value.isascii() and value.isdigit():
+        return float(value), "Retry-After"
+    return None

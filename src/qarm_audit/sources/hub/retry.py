@@ -95,6 +95,7 @@ class RetryPolicy:
         return Deadline(
             request if request is not None else seconds_from_env(REQUEST_ENV, REQUEST_DEFAULT),
             audit if audit is not None else seconds_from_env(AUDIT_ENV, AUDIT_DEFAULT),
+            longest_wait=self.max_retry_after,
         )
 
     def request_timeout(self) -> float:
