@@ -98,6 +98,23 @@ def test_a_dripping_answer_ends_at_the_request_deadline(
     assert server.count("GET", path) == 1, [r.path for r in server.records]
 
 
+def test_a_silent_metadata_request_ends_at_the_request_deadline(
+    hub: Any, run: Any, repo: RepoSpec, monkeypatch: Any
+) -> None:
+    """A server silent before its answer's headers: each request waits no longer than the
+    deadline leaves, though ``hf_hub_download`` asks a document's metadata again with a fixed
+    60 s timeout (before, the run ended some 60 s past a 10 s deadline)."""
+    monkeypatch.setenv(REQUEST_ENV, "1")
+    server = hub(repo)
+    server.add_latency(12.0, path="*/config.json", method="HEAD")
+    started = time.monotonic()
+    result = run("audit", f"org/slow@{repo.sha}", "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    assert "downloading config.json" in result.stderr
+    assert f"passed its deadline of 1 s ({REQUEST_ENV})" in result.stderr
+    assert time.monotonic() - started < 8
+
+
 def test_the_audit_deadline_bounds_every_read_together(
     hub: Any, repo: RepoSpec, monkeypatch: Any
 ) -> None:

@@ -11,7 +11,8 @@ and would hold a run forever. A deadline bounds the request as a whole, its retr
 * any failure after the deadline is reported as the deadline passing.
 
 The run then ends in a :class:`HubDeadlineError` (exit 3). A server silent before its
-answer's headers is ended by the per-read timeout (``HF_HUB_DOWNLOAD_TIMEOUT``) instead.
+answer's headers is ended by the per-read timeout (``HF_HUB_DOWNLOAD_TIMEOUT``), which no request
+of qarm's waits beyond what its deadline leaves.
 
 The deadlines are :class:`~.retry.RetryPolicy` fields, else the environment
 (:data:`REQUEST_ENV`, :data:`AUDIT_ENV`, in seconds), else the defaults. They only ever end a run
@@ -139,10 +140,17 @@ def install() -> None:
 
 def _late(request: httpx2.Request) -> None:
     """No request is sent once its deadline has passed: ``hf_hub_download`` resumes a download
-    cut off at the deadline (5 times, 1 s apart), and each resume ends here at once."""
+    cut off at the deadline (5 times, 1 s apart), and each resume ends here at once. A request
+    sent waits for its answer no longer than the deadline leaves: ``hf_hub_download`` asks its
+    metadata again with a fixed 60 s timeout, which a silent server would otherwise use up."""
     deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
     if deadline is not None:
         deadline.check()
+        timeouts = request.extensions.get("timeout")
+        if isinstance(timeouts, dict):
+            left = max(deadline.left(), 0.001)
+            for phase, seconds in timeouts.items():
+                timeouts[phase] = left if seconds is None else min(seconds, left)
 
 
 def _watch(response: httpx2.Response) -> None:
@@ -196,8 +204,7 @@ class RequestDeadline:
         if interrupted:
             shut(sock)
             return
-        left = min(self.end, self.owner.audit_end) - self.owner.clock()
-        self._watched.append(WATCHDOG.watch(sock, left))
+        self._watched.append(WATCHDOG.watch(sock, self.left()))
 
     def refuse_a_wait_past_it(self, response: httpx2.Response) -> None:
         """huggingface_hub's backoff sleeps what a 429 or 5xx answer asks (``Retry-After`` in
@@ -219,6 +226,10 @@ class RequestDeadline:
                 f"{self.owner.longest_wait:g} s qarm waits",
             )
         self.check(wait + 1)
+
+    def left(self) -> float:
+        """Seconds until this request's or the audit's deadline, whichever comes first."""
+        return min(self.end, self.owner.audit_end) - self.owner.clock()
 
     def check(self, wait: float = 0.0) -> None:
         """Raise once the request's or the audit's deadline has passed (or would, after
