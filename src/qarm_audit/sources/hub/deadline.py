@@ -220,10 +220,8 @@ class RequestDeadline:
         wait, asked_by = asked
         reason = "rate limited (HTTP 429)" if status == 429 else f"the Hub answered HTTP {status}"
         if wait > self.owner.longest_wait:
-            raise HubError(
-                self.where,
-                f"{self.what}: {reason}, and {asked_by} asks for {wait:g} s, more than the "
-                f"{self.owner.longest_wait:g} s qarm waits",
+            raise too_long_a_wait(
+                self.where, self.what, reason, asked_by, wait, self.owner.longest_wait
             )
         self.check(wait + 1)
 
@@ -278,3 +276,14 @@ def _asked_wait(headers: httpx2.Headers, status: int) -> tuple[float, str] | Non
     if value.isascii() and value.isdigit():
         return float(value), "Retry-After"
     return None
+
+
+def too_long_a_wait(
+    where: str, what: str, reason: str, asked_by: str, wait: float, longest: float
+) -> HubError:
+    """The error for a retry whose wait, asked by the server, is longer than qarm waits."""
+    return HubError(
+        where,
+        f"{what}: {reason}, and {asked_by} asks for {wait:g} s, more than the {longest:g} s "
+        "qarm waits",
+    )

@@ -50,6 +50,7 @@ from .deadline import (
     Deadline,
     RequestDeadline,
     seconds_from_env,
+    too_long_a_wait,
 )
 from .failures import Context, scrub, status_of, translate
 
@@ -241,10 +242,8 @@ def _loop(
             ) from None
         wait = delay if failure.retry_after is None else failure.retry_after
         if wait > policy.max_retry_after:
-            raise HubError(
-                where,
-                f"{what}: {failure.reason}, and {failure.asked_by} asks for {wait:g} s, "
-                f"more than the {policy.max_retry_after:g} s qarm waits",
+            raise too_long_a_wait(
+                where, what, failure.reason, failure.asked_by, wait, policy.max_retry_after
             ) from None
         deadline.check(wait)
         policy.sleep(wait)
