@@ -365,6 +365,33 @@ def test_a_document_blob_named_as_a_path_is_refused_and_nothing_written(
     assert after == before
 
 
+@pytest.mark.parametrize("named", ["f" * 40, "../../../outside", "main"])
+def test_a_document_answered_as_of_another_commit_is_refused_and_not_cached(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any, named: str
+) -> None:
+    """huggingface_hub files a document under the commit its answer names: one answered as of
+    another commit is refused, and nothing is filed under that commit."""
+    spec = RepoSpec.from_folder("org/commit", single(tmp_path))
+    resolve = hubserver._Router.resolve
+
+    def of_another_commit(self: Any, segs: list[str]) -> Any:
+        answer = resolve(self, segs)
+        if answer is not None and segs[-1] == "config.json":
+            kept = [(k, v) for k, v in answer.headers if k.lower() != "x-repo-commit"]
+            answer.headers = [*kept, ("X-Repo-Commit", named)]
+        return answer
+
+    monkeypatch.setattr(hubserver._Router, "resolve", of_another_commit)
+    hub(spec)
+    refused = run("audit", f"org/commit@{spec.sha}", "--format", "json")
+    assert refused.exit_code == 3, refused.stderr
+    assert f"config.json: asked for the file at commit {spec.sha}" in refused.stderr
+    assert f"as of commit {named!r} (X-Repo-Commit)" in refused.stderr
+    cached = tmp_path / "hf" / "models--org--commit"
+    assert not list(cached.rglob("config.json")) and not list(cached.glob("refs/*"))
+    assert not (tmp_path / "outside").exists()  # "../../../outside" from snapshots/
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [

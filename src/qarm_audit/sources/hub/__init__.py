@@ -42,10 +42,10 @@ from ...runtime import VERSION
 from ..checkpoint import DECLARATION_FILES, INDEX_FILE, Checkpoint, Origin, ShardIndex
 from ..index import parse_index
 from . import listing
-from .blob_names import install as install_blob_names
 from .cache import HeaderCache, record_ref
 from .deadline import HubDeadlineError
 from .deadline import install as install_deadlines
+from .document_answers import install as install_document_checks
 from .failures import (
     Context,
     HubOfflineError,
@@ -155,7 +155,7 @@ def _read_online(
     policy = RETRY
     ctx = dataclasses.replace(ctx, deadline=policy.start_deadline())
     install_deadlines()
-    install_blob_names()
+    install_document_checks()
     api = HfApi(library_name="qarm-audit", library_version=VERSION)
     headers = build_hf_headers(library_name="qarm-audit", library_version=VERSION)
 

@@ -88,9 +88,10 @@ class Deadline:
         self._live: set[socket.socket] = set()
         self._lock = threading.Lock()
 
-    def begin(self, where: str, what: str) -> RequestDeadline:
-        """The deadline of a request starting now."""
-        return RequestDeadline(self, self.clock() + self.request_seconds, where, what)
+    def begin(self, where: str, what: str, commit: str | None = None) -> RequestDeadline:
+        """The deadline of a request starting now; ``commit``: the commit its answer must be
+        of (a document's, see ``document_answers.py``)."""
+        return RequestDeadline(self, self.clock() + self.request_seconds, where, what, commit)
 
     def left(self) -> float:
         """Seconds left to the audit."""
@@ -167,11 +168,14 @@ class RequestDeadline:
     """One request's deadline (never later than the audit's); a context manager while the
     request runs in this thread (see :func:`install`)."""
 
-    def __init__(self, owner: Deadline, end: float, where: str, what: str) -> None:
+    def __init__(
+        self, owner: Deadline, end: float, where: str, what: str, commit: str | None = None
+    ) -> None:
         self.owner = owner
         self.end = end
         self.where = where
         self.what = what
+        self.commit = commit
         self._watched: list[int] = []
         self._socks: list[socket.socket] = []
         self._outer: RequestDeadline | None = None

@@ -201,7 +201,16 @@ def downloading(
                 raise
             raise Again(reason) from exc
 
-    return _loop(attempt, policy, ctx, where=where, what=what, file=file, spent=lambda exc: None)
+    return _loop(
+        attempt,
+        policy,
+        ctx,
+        where=where,
+        what=what,
+        file=file,
+        spent=lambda exc: None,
+        commit=ctx.sha,
+    )
 
 
 def _loop(
@@ -213,10 +222,11 @@ def _loop(
     what: str,
     file: str | None,
     spent: Callable[[Exception], str | None],
+    commit: str | None = None,
 ) -> T:
     tries = policy.attempts
     delay = policy.base_delay
-    deadline = (ctx.deadline or policy.start_deadline()).begin(where, what)
+    deadline = (ctx.deadline or policy.start_deadline()).begin(where, what, commit)
     while True:
         try:
             deadline.check()
