@@ -392,6 +392,30 @@ def test_a_document_answered_as_of_another_commit_is_refused_and_not_cached(
     assert not (tmp_path / "outside").exists()  # "../../../outside" from snapshots/
 
 
+@pytest.mark.parametrize("target", ["config.json", "model.safetensors"])
+def test_a_file_redirected_to_a_missing_page_is_named_as_redirected_not_missing(
+    hub: Any, run: Any, tmp_path: Path, monkeypatch: Any, target: str
+) -> None:
+    """A redirect (of a document's metadata request, of a shard's range read) to a page the
+    server does not have: the commit may well hold the file; the error says where it went."""
+    spec = RepoSpec.from_folder("org/redirected", single(tmp_path))
+    resolve = hubserver._Router.resolve
+
+    def redirected(self: Any, segs: list[str]) -> Any:
+        answer = resolve(self, segs)
+        if answer is not None and segs[-1] == target and "resolve" in segs:
+            return hubserver._Response(302, [("Location", "."), ("X-Repo-Commit", spec.sha)])
+        return answer
+
+    monkeypatch.setattr(hubserver._Router, "resolve", redirected)
+    hub(spec)
+    refused = run("audit", f"org/redirected@{spec.sha}")
+    assert refused.exit_code == 3, refused.stderr
+    assert f"the server redirected the request for {target!r} at org/redirected@" in refused.stderr
+    assert f"/org/redirected/resolve/{spec.sha}/', which answered HTTP 404" in refused.stderr
+    assert "although the file listing names it" not in refused.stderr
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [

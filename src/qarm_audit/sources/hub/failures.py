@@ -106,6 +106,13 @@ def translate(
             ctx.location, f"revision {ctx.revision!r} does not exist in {ctx.repo}"
         )
     if isinstance(exc, EntryNotFoundError) or (status == 404 and file is not None):
+        elsewhere = _redirected_to(exc, file)
+        if elsewhere is not None:
+            return HubNotFoundError(
+                where,
+                f"the server redirected the request for {file!r} at {at} to {elsewhere!r}, "
+                "which answered HTTP 404",
+            )
         return HubNotFoundError(
             where, f"file {file!r} is not in {at}, although the file listing names it"
         )
@@ -123,6 +130,17 @@ def translate(
         return HubError(where, scrub(f"{what}: {exc.strerror or exc}"))
     # anything else the client raised (a ValueError quoting a header): named, and scrubbed
     return HubError(where, scrub(f"{what}: {type(exc).__name__}: {exc}"))
+
+
+def _redirected_to(exc: Exception, file: str | None) -> str | None:
+    """Where the answer came from, when a redirect took the request away from the file (the
+    server lost it on the way: the commit may well hold it); else None."""
+    response = getattr(exc, "response", None)
+    url = getattr(getattr(response, "request", None), "url", None)
+    if file is None or not isinstance(url, httpx2.URL) or url.path.endswith(f"/{file}"):
+        return None
+    shown = scrub(str(url.copy_with(query=None, fragment=None)))
+    return shown if len(shown) <= 120 else shown[:117] + "..."
 
 
 def scrub(text: str) -> str:
