@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
-from operator import itemgetter, ne
+from operator import ne
 
 from ..declarations import CompressedTensorsRules, Declaration
 from ..findings import Finding, finding
@@ -23,7 +23,7 @@ from ..modules.inventory import ModuleInfo
 from .matchers import FirstMatch
 from .producer_bnb import bnb_producer_view
 from .producer_classes import EMBEDDING_MRO, LINEAR_MRO, producer_classes
-from .resolver import EXCLUDED, UNLISTED, Membership
+from .resolver import EXCLUDED, UNLISTED, Membership, bucket_of
 
 
 def producer_cannot_compile(declaration: Declaration, engine_label: str) -> Finding | None:
@@ -229,9 +229,9 @@ def disagreements(
     unquantized = (EXCLUDED, UNLISTED)
     names = list(modules)
     # the modules whose buckets differ found in C: a MoE has a quarter million, most agree
-    engine_buckets = map(_BUCKET, map(engine.__getitem__, names))
+    engine_buckets = map(bucket_of, map(engine.__getitem__, names))
     differ = compress(
-        zip(names, producer, strict=True), map(ne, map(_BUCKET, producer), engine_buckets)
+        zip(names, producer, strict=True), map(ne, map(bucket_of, producer), engine_buckets)
     )
     for name, mine in differ:
         # unquantized on both sides (excluded or unlisted alike) is no disagreement
@@ -251,9 +251,6 @@ def disagreements(
             )
         )
     return out
-
-
-_BUCKET = itemgetter(0)
 
 
 def _say(membership: Membership) -> str:
