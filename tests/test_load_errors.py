@@ -117,11 +117,55 @@ def test_a_missing_layer_is_a_load_error_only_where_nothing_is_quantized(tmp_pat
     [message] = _messages(audit(str(folder)), "layers-incomplete")
     assert message.endswith(
         '; vllm v0.33.0 raises at load: "Following weights were not initialized from '
-        'checkpoint: {<the parameters not shipped>}"'
+        "checkpoint: {<the missing layers' norm weights: parameters of linear, MoE and "
+        'embedding layers are not checked>}"'
     )
     # an older release, its own citation
     [message] = _messages(audit(str(folder), engine="vllm==0.30.0"), "layers-incomplete")
     assert "; vllm v0.30.0 raises at load:" in message
+
+
+def _warnings(report: Report, code: str) -> list[str]:
+    return [r.message for r in report.warnings if r.code == code]
+
+
+def test_vllm_checks_an_unquantized_checkpoint_only_outside_linear_moe_and_embedding_layers(
+    tmp_path: Path,
+) -> None:
+    """Its check that an unquantized checkpoint filled every parameter leaves out each module
+    whose quant method processes its weights after loading (vllm-project/vllm
+    vllm/model_executor/model_loader/default_loader.py@4ba787ec9 L537-539): every unquantized
+    linear, MoE and embedding method does. A missing projection or expert loads silently."""
+    layers = {**CONFIG, "num_hidden_layers": 3}
+    gone = {k: v for k, v in llama(3).items() if ".layers.1.self_attn.v_proj." not in k}
+    folder = write_checkpoint(tmp_path / "v", {"model.safetensors": gone}, {"config.json": layers})
+    [message] = _warnings(audit(str(folder)), "layer-modules-differ")
+    assert message.endswith(
+        '; vllm v0.33.0: raises "Following weights were not initialized from checkpoint" only '
+        "where what is missing is no linear, MoE or embedding layer (a norm): its check that an "
+        "unquantized checkpoint filled every parameter leaves those layers' parameters out "
+        "(their unquantized methods process their weights after loading), so a missing "
+        "projection loads without an error and computes with memory never written"
+    )
+    assert "raises at load" not in message
+    experts = {**llama(1)}
+    for e in (0, 1, 3):  # expert 2 is not shipped
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            experts[f"model.layers.0.mlp.experts.{e}.{proj}.weight"] = ("BF16", (H, H))
+    moe = {
+        "model_type": "qwen3_moe",
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "num_hidden_layers": 1,
+        "num_experts": 4,
+    }
+    folder = write_checkpoint(tmp_path / "e", {"model.safetensors": experts}, {"config.json": moe})
+    [message] = _messages(audit(str(folder)), "experts-incomplete")
+    assert message.endswith(
+        "; vllm v0.33.0: loads it without an error: its check that an unquantized checkpoint "
+        "filled every parameter leaves out the experts layer's (its unquantized MoE method "
+        "processes its weights after loading), so what is missing computes with memory never "
+        "written"
+    )
 
 
 FP8 = modelopt_file("FP8", excludes=["lm_head"])

@@ -2,10 +2,12 @@
 
 vLLM checks that a checkpoint filled every parameter only for an unquantized model
 (``DefaultModelLoader.load_weights``, vllm-project/vllm
-vllm/model_executor/model_loader/default_loader.py@v0.33.0 L510-L523): a quantized checkpoint
+vllm/model_executor/model_loader/default_loader.py@v0.33.0 L510-L523), and even there leaves
+out the parameters of linear, MoE and embedding layers (L537-L539): a quantized checkpoint
 that lacks a decoder layer, a routed expert or one projection of an expert loads without an
-error, and the engine computes with memory it allocated and never filled. Nothing else in the
-audit notices a module that is not there, so the names are counted here.
+error, an unquantized one that lacks an expert or a projection too, and the engine computes
+with memory it allocated and never filled. Nothing else in the audit notices a module that is
+not there, so the names are counted here.
 """
 
 from __future__ import annotations
