@@ -33,7 +33,11 @@ What it writes, for one release of one engine (``engines/releases/<engine>-<rele
     activations compressed-tensors' ``_is_fp8_w4a8`` and ``_is_dynamic_token_w4a8_int`` take:
     of their own type, or of either where they test none, as 0.30's do),
     ``linear_backends`` and ``moe_backends`` (the ``LinearBackend`` and ``MoEBackend``
-    literals of ``config/kernel.py``); SGLang
+    literals of ``config/kernel.py``), ``moe_kernel_oracle`` (the NVFP4 and MXFP4 MoE backend
+    oracles are ``MoEKernelOracle`` subclasses of ``fused_moe/oracle/base.py``, whose words
+    their log lines take: the backend unquoted, 0.34.0 on), ``stacked_shard_tracking`` (the
+    loader's check of an unquantized checkpoint names each shard of a fused projection that
+    was not loaded, ``pop_missing_shards``: 0.34.0 on); SGLang
     ``ct_w4a4_marlin_weight_only`` (compressed-tensors NVFP4 W4A4 on sm100+ honours
     ``--fp4-gemm-backend marlin`` by running weight-only), ``fp4_gemm_backends`` (the
     ``Fp4GemmRunnerBackend`` values), ``moe_runner_backends`` and ``fp8_gemm_backends``
@@ -258,6 +262,11 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
     a16 = ast.get_source_segment(linear, init) or "" if init else ""
     a16 = a16.split("a16_kernels = (", 1)[1].split(")", 1)[0] if "a16_kernels = (" in a16 else ""
     kernel_config = wheel.read("vllm/config/kernel.py") or ""
+    loader = wheel.read("vllm/model_executor/model_loader/default_loader.py") or ""
+    oracles = [
+        wheel.read(f"vllm/model_executor/layers/fused_moe/oracle/{name}.py") or ""
+        for name in ("nvfp4", "mxfp4")
+    ]
     backends = _literal(kernel_config, "LinearBackend")
     moe = _literal(kernel_config, "MoEBackend")
     return {
@@ -271,6 +280,8 @@ def _vllm_facts(wheel: Wheel) -> dict[str, Any]:
         "w4a8_int_activations": _w4a8_activations(wheel, "_is_dynamic_token_w4a8_int", "int"),
         "linear_backends": list(backends) if isinstance(backends, tuple) else [],
         "moe_backends": list(moe) if isinstance(moe, tuple) else [],
+        "moe_kernel_oracle": all("(MoEKernelOracle[" in oracle for oracle in oracles),
+        "stacked_shard_tracking": "pop_missing_shards" in loader,
     }
 
 

@@ -16,7 +16,7 @@ citation per function. tests/test_vllm_ct_answers.py compares qarm's vLLM rules 
     python scripts/derive_vllm_ct_answers.py --wheel /tmp/rel/vllm-0.33.0-*.whl
     python scripts/derive_vllm_ct_answers.py --wheel /tmp/rel/vllm-0.33.0-*.whl --check
 
-Run it where compressed-tensors is the releases' pin (0.17.0 for 0.30-0.33). The answers stop
+Run it where compressed-tensors is the releases' pin (0.17.0 for 0.30-0.34). The answers stop
 at the scheme's construction: what a scheme's kernel selection or weight creation raises later
 is not in them. What the driver follows rather than compiles (cited in the output):
 ``get_quant_method``'s dispatch (a LinearBase to ``get_scheme``, a FusedMoE layer to
@@ -48,7 +48,7 @@ from engine_source import (
     quant_args,
 )
 
-RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 FORMAT = "qarm-vllm-ct-answers/1"
 
 CT = "vllm/model_executor/layers/quantization/compressed_tensors/"

@@ -28,7 +28,7 @@ CORPUS = REPO / "fixtures" / "producers"
 PRODUCED = "gptqmodel-awq-w4g32-llama"
 LLAMA = CORPUS / "gptqmodel-gptq-w4g32-llama" / "config.json"
 DOWN = "model.layers.0.mlp.down_proj"
-RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 SHAPES = {  # [out, in] of each linear of the tiny Llama (hidden 64, 4 heads, 2 kv heads)
     "self_attn.q_proj": (64, 64),
     "self_attn.k_proj": (32, 64),

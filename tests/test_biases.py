@@ -37,7 +37,7 @@ def test_attention_biases_the_config_has_none_for(tmp_path: Path) -> None:
     assert message == (
         "config.json's attention_bias is false and 8 decoder modules ship a bias "
         "(model.layers.0.self_attn.k_proj.bias): the model it configures has no bias there, so "
-        "a nonzero one is lost at load; vllm v0.33.0: its AutoWeightsLoader, which most models "
+        "a nonzero one is lost at load; vllm v0.34.0: its AutoWeightsLoader, which most models "
         "load through, ignores any unexpected .bias (as GPTQ exporters write zero ones), so the "
         "bias is dropped without a word"
     )

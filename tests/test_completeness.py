@@ -60,7 +60,7 @@ def without(tensors: dict[str, Any], *prefixes: str) -> dict[str, Any]:
 
 
 FULL = dict(num_hidden_layers=4, n_routed_experts=4)
-VLLM = "vllm v0.33.0"
+VLLM = "vllm v0.34.0"
 """The default engine profile's label: each message ends in what that engine does."""
 
 

@@ -40,7 +40,7 @@ def test_vllm_refuses_activation_ordering_by_group(
     report = declared(tmp_path, {"group_0": {"targets": ["Linear"], "weights": weights}})
     [message] = refused(report)
     assert message.startswith(
-        "config.json: quantization_config declares group_0; vllm v0.33.0 refuses it "
+        "config.json: quantization_config declares group_0; vllm v0.34.0 refuses it "
         'as it reads the declaration (_quantization_scheme_map_from_config): "Compressed-tensors '
         f"group/dynamic activation ordering (actorder={said}) is no longer supported."
     )

@@ -49,10 +49,10 @@ def single(tmp_path: Path, algo: str, spell: Any) -> Path:
 
 
 def test_the_modelled_releases() -> None:
-    assert modelled_releases("vllm") == ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+    assert modelled_releases("vllm") == ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
     assert modelled_releases("sglang") == ["0.5.22", "0.5.23"]
     assert modelled_releases("name-probe") == []
-    assert load_profile("vllm").version == "v0.33.0"
+    assert load_profile("vllm").version == "v0.34.0"
     assert load_profile("sglang").version == "v0.5.23"
     old = load_profile("vllm==0.31.0")
     assert (old.version, old.commit, old.layers) == ("v0.31.0", "db9527a46", "vllm-0.31.0")
@@ -177,11 +177,18 @@ def test_vllm_backends_without_an_nvfp4_kernel_fall_back_to_auto(tmp_path: Path)
 def test_vllm_hopper_runs_humming_for_nvfp4_moe_and_weight_only_nvfp4_from_0_32_0() -> None:
     """prioritize_humming on sm90: the NVFP4 MoE oracle and the weight-only registry too."""
     producers = REPO / "fixtures" / "producers"
-    for release, kernel in (("0.31.0", "Marlin"), ("0.32.0", "Humming"), ("0.33.0", "Humming")):
+    for release, kernel in (
+        ("0.31.0", "Marlin"),
+        ("0.32.0", "Humming"),
+        ("0.33.0", "Humming"),
+        ("0.34.0", "Humming"),
+    ):
         moe = audit(str(producers / "modelopt-moe-nvfp4"), gpu="H100", engine=f"vllm=={release}")
         (experts,) = [a for a in moe.arms if a.kernel and a.kernel.endswith(" MoE")]
         assert (experts.executed, experts.kernel) == ("W4A16-NVFP4", f"{kernel} MoE")
-        assert f"Using '{kernel.upper()}' NvFp4 MoE backend" in (experts.log or "")
+        # 0.34.0's oracle logs through MoEKernelOracle, the backend unquoted
+        named = kernel.upper() if release == "0.34.0" else f"'{kernel.upper()}'"
+        assert f"Using {named} NvFp4 MoE backend" in (experts.log or "")
         dense = audit(
             str(producers / "modelopt-w4a16-nvfp4"), gpu="H100", engine=f"vllm=={release}"
         )
@@ -208,7 +215,7 @@ def test_vllm_moe_backend_other_than_auto_makes_the_experts_unknown(run) -> None
     marlin = audit(str(moe), gpu="B200", env={"moe_backend": "marlin"})
     (experts,) = [a for a in marlin.arms if a.executed == "unknown"]
     assert "--moe-backend other than auto are not modelled" in experts.reason
-    assert experts.source and "vllm/config/kernel.py@4ba787ec9 L" in experts.source
+    assert experts.source and "vllm/config/kernel.py@62d4bc3c7 L" in experts.source
     (dense,) = [a for a in marlin.arms if a.executed != "unknown"]
     assert dense.executed == "W4A4-NVFP4" and "MoE" not in (dense.kernel or "MoE")
     assert marlin.verdict == "warnings" and [f.code for f in marlin.warnings] == ["arm-unknown"]
@@ -504,10 +511,10 @@ def test_an_installed_local_build_takes_its_release_s_profile(machine: Path) -> 
 def test_an_installed_unmodelled_release_is_said_plainly(machine: Path, run) -> None:
     fake_distribution(machine, "vllm", "0.29.1")
     report = audit(str(W4A4))
-    assert (report.engine.version, report.engine.installed) == ("v0.33.0", "0.29.1")
+    assert (report.engine.version, report.engine.installed) == ("v0.34.0", "0.29.1")
     note = next(n.message for n in report.notes if n.code == "engine-release-not-modelled")
     assert "vLLM 0.29.1 is installed here and is not modelled" in note
-    assert "vllm v0.33.0, not for the installed engine" in note
+    assert "vllm v0.34.0, not for the installed engine" in note
     data = json.loads(run("audit", W4A4, "-f", "json").stdout)
     assert data["engine"]["installed"] == "0.29.1" and data["engine"]["release_from"] == "newest"
 
@@ -516,7 +523,7 @@ def test_engine_detection_can_be_turned_off(machine: Path, monkeypatch: pytest.M
     fake_distribution(machine, "vllm", "0.31.0")
     monkeypatch.setenv("QARM_DETECT_ENGINE", "0")
     report = audit(str(W4A4))
-    assert report.engine.installed is None and report.engine.version == "v0.33.0"
+    assert report.engine.installed is None and report.engine.version == "v0.34.0"
 
 
 def test_the_gpu_from_nvidia_smi_when_none_is_given(
@@ -607,3 +614,23 @@ def test_vllm_relabelled_weight_only_nvfp4_never_takes_a_w4a4_rule(tmp_path: Pat
     )
     report = audit(str(path), gpu="B200", env={"linear_backend": "flashinfer_cutedsl"})
     assert arm(report, "NVFP4", "sm100").executed == "unknown"
+
+
+def test_vllm_0_34_0_runs_nvfp4_experts_weight_only_on_the_sm110_family() -> None:
+    """0.34.0's CutlassExpertsFp4 leaves out the sm110 family, the one native FP4 MoE kernel
+    0.33.0 ran there: the MoE oracle falls through to weight-only Marlin."""
+    producers = REPO / "fixtures" / "producers"
+    seen = {}
+    for release in ("0.33.0", "0.34.0"):
+        moe = audit(str(producers / "modelopt-moe-nvfp4"), gpu="sm110", engine=f"vllm=={release}")
+        (experts,) = [a for a in moe.arms if a.source and "/fused_moe/" in a.source]
+        seen[release] = (experts.executed, experts.kernel, experts.log)
+    assert seen["0.33.0"][:2] == (
+        "W4A4-NVFP4",
+        "FlashInfer TRT-LLM / CuTe-DSL / CUTLASS MoE (first available)",
+    )
+    assert seen["0.34.0"] == (
+        "W4A16-NVFP4",
+        "Marlin MoE",
+        "Using MARLIN NvFp4 MoE backend out of potential backends: [...]",
+    )

@@ -177,7 +177,7 @@ def test_every_builtin_profile_validates(name: str) -> None:
     if name == "name-probe":
         return
     assert profile.routing == "declared"
-    pin = {"vllm": "@4ba787ec9", "sglang": "@v0.5.23"}[name]
+    pin = {"vllm": "@62d4bc3c7", "sglang": "@v0.5.23"}[name]
     for rule in profile.rules:
         if rule.arm == "unknown":
             continue  # the catch-all: says the profile does not model the choice
@@ -218,7 +218,7 @@ def test_default_engine_is_vllm(run) -> None:
     report = audit(str(W4A4))
     assert (report.engine.name, report.engine.version, report.engine.routing) == (
         "vllm",
-        "v0.33.0",
+        "v0.34.0",
         "declared",
     )
     help_text = run("audit", "--help").stdout
@@ -585,7 +585,7 @@ def test_without_a_gpu_the_arm_line_gives_each_range(run) -> None:
     assert "input_scale shipped on 193/193 but not read on this arm" in marlin.reason
     assert marlin.log == "Using MarlinNvFp4LinearKernel for NVFP4 GEMM"
     assert "native support for FP4" in (marlin.note or "")
-    assert marlin.source and "@4ba787ec9" in marlin.source
+    assert marlin.source and "@62d4bc3c7" in marlin.source
     assert "input_scale shipped" not in arms(report)[("NVFP4", "sm100+")].reason
     assert marlin.line().startswith(
         "NVFP4: declared W4A4-NVFP4, input_scale on 193/193 -> executed W4A16-NVFP4 (Marlin) "
@@ -606,7 +606,7 @@ def test_humming_outranks_marlin_on_sm90_from_0_32_0() -> None:
     assert hopper.log == "Using HummingNvFp4LinearKernel for NVFP4 GEMM"
     assert "native support for FP4" not in (hopper.log or "")
     assert "input-schema fallback" in hopper.reason
-    assert hopper.source and "humming/priority.py@4ba787ec9" in hopper.source
+    assert hopper.source and "humming/priority.py@62d4bc3c7" in hopper.source
     for release in ("0.30.0", "0.31.0"):
         old = arms(audit(str(W4A4), engine=f"vllm=={release}", gpu="H200"))[("NVFP4", "sm90")]
         assert (old.executed, old.kernel) == ("W4A16-NVFP4", "Marlin")
@@ -673,7 +673,7 @@ def test_vllm_vision_tower_bypass_module_excluded_and_mixed_flip_it(tmp_path: Pa
     rows = [a for a in report.arms if a.scheme == "NVFP4"]
     assert {(a.executed, a.modules) for a in rows} == {("W4A4-NVFP4", 14), ("unquantized", 1)}
     bypass = next(a for a in rows if a.executed == "unquantized")
-    assert "vision_tower" in bypass.reason and "L246-251" in (bypass.source or "")
+    assert "vision_tower" in bypass.reason and "L253-258" in (bypass.source or "")
     # excluded: it leaves the arm line (an unquantized module is no declared arm)
     documents = {"hf_quant_config.json": modelopt_file("NVFP4", ["lm_head", tower])}
     tensors = {**llama(spell=nvfp4_static), **vision(tower)}
@@ -810,7 +810,7 @@ def test_fused_shards_partly_excluded_quote_the_engine(tmp_path: Path) -> None:
     documents = {"hf_quant_config.json": modelopt_file("NVFP4", ["model.layers.0.mlp.gate_proj"])}
     t = llama(spell=nvfp4_static)
     path = write_checkpoint(tmp_path / "c", {"model.safetensors": t}, documents)
-    for engine, quoted in (("vllm", "vllm v0.33.0"), ("sglang", "sglang v0.5.23")):
+    for engine, quoted in (("vllm", "vllm v0.34.0"), ("sglang", "sglang v0.5.23")):
         msg = message(audit(str(path), engine=engine), "fused-shards-disagree")
         assert (
             f'{quoted} raises at load: "Detected some but not all shards of '
@@ -1098,7 +1098,7 @@ def test_a_lone_legacy_w4a16_declaration_is_refused_by_vllm(tmp_path: Path) -> N
 def test_markdown_shows_the_engine_version_routing_and_log(run) -> None:
     text = run("audit", W4A4, "--gpu", "sm90", "-f", "markdown").stdout
     assert (
-        "engine profile `vllm` v0.33.0 (routing by declared) "
+        "engine profile `vllm` v0.34.0 (routing by declared) "
         "(linear_backend=auto, moe_backend=auto), GPU sm90" in text
     )
     assert "  - engine log: `Using HummingNvFp4LinearKernel for NVFP4 GEMM`" in text

@@ -374,10 +374,10 @@ def test_explain_names_the_engine_layer_and_its_class() -> None:
         "fused",
         "QKVParallelLinear",
     )
-    assert module.layer_tree == "vllm 0.33.0"
+    assert module.layer_tree == "vllm 0.34.0"
     (head,) = explain(str(folder), "lm_head").modules
     assert (head.layer_kind, head.layer_class) == ("lm_head", "ParallelLMHead")
     from qarm_audit.report.render_explain import render_explain_markdown
 
     text = render_explain_markdown(explained)
-    assert "engine layer: fused QKVParallelLinear, with the quant config (vllm 0.33.0)" in text
+    assert "engine layer: fused QKVParallelLinear, with the quant config (vllm 0.34.0)" in text

@@ -28,7 +28,7 @@ CHANNEL = "gptqmodel-gptq-w4-channel-llama"
 ACT = "gptqmodel-gptq-w4g32-actorder-llama"
 DYNAMIC = "gptqmodel-gptq-w4g32-dynamic-llama"
 DOWN = "model.layers.0.mlp.down_proj"
-RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 
 
 refusals = partial(test_producers.refusals, engine="vllm")
@@ -226,7 +226,7 @@ def test_a_group_that_does_not_divide_the_input(tmp_path: Path) -> None:
     # vLLM's profile says what vLLM does with it
     [message] = [r.message for r in audit(str(folder)).refusals if r.module == q]
     assert message == (
-        said + "the last group partial, as a whole one; vllm v0.33.0: it allocates in // group "
+        said + "the last group partial, as a whole one; vllm v0.34.0: it allocates in // group "
         "scale groups, one fewer than shipped, and its kernels take whole groups only"
     )
 

@@ -43,7 +43,7 @@ def test_vllm_drops_a_group_whose_only_target_is_an_attention_class(tmp_path: Pa
     assert codes(report) == ["config-group-skipped"]
     assert report.warnings[0].message.startswith(
         "config.json: quantization_config: config group 'attention' targets only "
-        "'LlamaAttention'; vllm v0.33.0 drops the group before it matches any layer, logging "
+        "'LlamaAttention'; vllm v0.34.0 drops the group before it matches any layer, logging "
         '"Skipping CompressedTensors config group for LlamaAttention. Attention quant is '
         'coupled with KV-cache quantization in vLLM.": the attention quantization it '
         "declares is not run"

@@ -76,7 +76,7 @@ def test_the_first_check_the_scheme_fails_is_refused_in_vllms_words(
 ) -> None:
     [message] = refused(declared(tmp_path, {**FP8, **changed}))
     assert message.startswith(
-        f"{WHERE} declares a KV cache of {said}; vllm v0.33.0 refuses it as it builds the "
+        f"{WHERE} declares a KV cache of {said}; vllm v0.34.0 refuses it as it builds the "
         f'first attention layer: "{engine_text}" (vllm-project/vllm '
         "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py"
     )

@@ -74,7 +74,7 @@ def test_a_scale_per_head_where_the_engine_allocates_one(tmp_path: Path) -> None
     # in the engine's words: BaseKVCacheMethod's KVCacheScaleParameter (vllm-project/vllm
     # vllm/model_executor/layers/quantization/kv_cache.py@v0.33.0 L35-41)
     assert first.message.endswith(
-        'vllm v0.33.0 raises at load: "KV-cache scale expects a scalar weight, got shape (8,)"'
+        'vllm v0.34.0 raises at load: "KV-cache scale expects a scalar weight, got shape (8,)"'
     ), first.message
     # SGLang's scalar parameters have no loader of their own: default_weight_loader's assert
     # (sgl-project/sglang python/sglang/srt/model_loader/weight_utils.py@v0.5.23)
@@ -123,7 +123,7 @@ def test_per_head_scales_are_one_per_kv_head_of_the_config(
             f"{ATTENTION[0]}.k_scale has shape {list(shape)}; under compressed-tensors' "
             "strategy attn_head the engine allocates one scale per KV head (config.json: 8) "
             "and copies the flattened scale's first 8: fewer fail the load, more are cut "
-            "without a word; vllm v0.33.0: its per-head loader flattens the scale"
+            "without a word; vllm v0.34.0: its per-head loader flattens the scale"
         )
     # a config that states no head count: any shape is flattened and taken
     assert codes(compressed_tensors(tmp_path / "n", scales, "attn_head")) == []
@@ -157,7 +157,7 @@ def test_a_v_scale_without_its_k_scale_fails_the_load(tmp_path: Path) -> None:
     report = modelopt(tmp_path / "c", scales)
     assert [(r.code, r.module) for r in report.refusals] == [("kv-k-scale-missing", ATTENTION[1])]
     assert report.refusals[0].message.endswith(
-        "; vllm v0.33.0: its KV-cache method asserts k_scale > 0 when one of the two scales was "
+        "; vllm v0.34.0: its KV-cache method asserts k_scale > 0 when one of the two scales was "
         "loaded (an AssertionError), and the load fails"
     )
     # SGLang keeps the same assert (sgl-project/sglang python/sglang/srt/layers/quantization/
@@ -212,7 +212,7 @@ def test_vllm_keeps_a_modelopt_kv_cache_other_than_fp8_or_nvfp4_in_the_models_dt
     report = modelopt(tmp_path / "int8", both(), kv="INT8")
     assert codes(report) == ["kv-cache-ignored"]
     assert report.warnings[0].message.startswith(
-        "hf_quant_config.json declares a KV cache of INT8; vllm v0.33.0 maps a ModelOpt "
+        "hf_quant_config.json declares a KV cache of INT8; vllm v0.34.0 maps a ModelOpt "
         "kv_cache_quant_algo to a KV-cache dtype only as FP8 or NVFP4 (in any case): it logs "
         "\"WARNING: Unknown kv_cache_quant_algo 'INT8' in model config. Supported values: "
         "['fp8', 'nvfp4']. Falling back to 'auto'.\""

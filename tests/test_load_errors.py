@@ -37,7 +37,7 @@ def test_a_partial_group_quotes_the_scheme_familys_error(tmp_path: Path) -> None
     [message] = _messages(audit(str(folder)), "operand-shape")
     assert message == (
         f"{MODULE} has in=24, not a multiple of NVFP4's group of 16: the producer writes the "
-        'last group partial, as a whole one; vllm v0.33.0 raises at load: "Unsupported model '
+        'last group partial, as a whole one; vllm v0.34.0 raises at load: "Unsupported model '
         'when in features size is not multiple of 16"'
     )
     mxfp8 = {
@@ -91,7 +91,7 @@ def test_another_shape_of_the_same_code_quotes_nothing(tmp_path: Path) -> None:
     }
     folder = _folder(tmp_path / "nv", wrong, modelopt_file("NVFP4"))
     [message] = _messages(audit(str(folder)), "operand-shape")
-    assert "vllm v0.33.0" not in message
+    assert "vllm v0.34.0" not in message
 
 
 def test_a_missing_layer_is_a_load_error_only_where_nothing_is_quantized(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_a_missing_layer_is_a_load_error_only_where_nothing_is_quantized(tmp_pat
     )
     [message] = _messages(audit(str(folder)), "layers-incomplete")
     assert message.endswith(
-        "; vllm v0.33.0: loads a quantized checkpoint without checking that every parameter "
+        "; vllm v0.34.0: loads a quantized checkpoint without checking that every parameter "
         "was filled (it checks an unquantized one only), so what is missing computes with "
         "memory never written"
     )
@@ -116,7 +116,7 @@ def test_a_missing_layer_is_a_load_error_only_where_nothing_is_quantized(tmp_pat
     )
     [message] = _messages(audit(str(folder)), "layers-incomplete")
     assert message.endswith(
-        '; vllm v0.33.0 raises at load: "Following weights were not initialized from '
+        '; vllm v0.34.0 raises at load: "Following weights were not initialized from '
         "checkpoint: {<the missing layers' norm weights: parameters of linear, MoE and "
         'embedding layers are not checked>}"'
     )
@@ -139,7 +139,7 @@ def test_vllm_checks_an_unquantized_checkpoint_only_outside_linear_moe_and_embed
     layers = {**CONFIG, "num_hidden_layers": 3}
     gone = {k: v for k, v in llama(3).items() if ".layers.1.self_attn.v_proj." not in k}
     folder = write_checkpoint(tmp_path / "v", {"model.safetensors": gone}, {"config.json": layers})
-    [message] = _warnings(audit(str(folder)), "layer-modules-differ")
+    [message] = _warnings(audit(str(folder), engine="vllm==0.33.0"), "layer-modules-differ")
     assert message.endswith(
         '; vllm v0.33.0: raises "Following weights were not initialized from checkpoint" only '
         "where what is missing is no linear, MoE or embedding layer (a norm): its check that an "
@@ -148,6 +148,12 @@ def test_vllm_checks_an_unquantized_checkpoint_only_outside_linear_moe_and_embed
         "projection loads without an error and computes with memory never written"
     )
     assert "raises at load" not in message
+    # 0.34.0 names each shard of a fused projection a layer was not given (pop_missing_shards)
+    [message] = _warnings(audit(str(folder)), "layer-modules-differ")
+    assert '; vllm v0.34.0: raises "Following weights were not initialized from checkpoint" ' in (
+        message
+    )
+    assert "where what is missing is one shard of a fused projection" in message
     experts = {**llama(1)}
     for e in (0, 1, 3):  # expert 2 is not shipped
         for proj in ("gate_proj", "up_proj", "down_proj"):
@@ -161,7 +167,7 @@ def test_vllm_checks_an_unquantized_checkpoint_only_outside_linear_moe_and_embed
     folder = write_checkpoint(tmp_path / "e", {"model.safetensors": experts}, {"config.json": moe})
     [message] = _messages(audit(str(folder)), "experts-incomplete")
     assert message.endswith(
-        "; vllm v0.33.0: loads it without an error: its check that an unquantized checkpoint "
+        "; vllm v0.34.0: loads it without an error: its check that an unquantized checkpoint "
         "filled every parameter leaves out the experts layer's (its unquantized MoE method "
         "processes its weights after loading), so what is missing computes with memory never "
         "written"

@@ -23,7 +23,7 @@ from test_producers import Tensors, plant, zeros
 
 CORPUS = REPO / "fixtures" / "producers"
 DOWN = "model.layers.0.mlp.down_proj"  # weight_packed [128, 128]: in = 256, 8 scales a row
-RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 
 
 def arms(

@@ -28,7 +28,7 @@ from qarm_audit.declarations import read_declaration
 from qarm_audit.errors import PatternError
 from test_producers import Tensors, write_tensors, zeros
 
-RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 E, H, INTER, HEADS, KV, HEAD_DIM, VOCAB = 4, 64, 64, 4, 2, 16, 128
 EXPERTS = "model.layers.0.mlp.experts"
 NOT_CONVERT = [

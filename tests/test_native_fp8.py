@@ -312,7 +312,7 @@ def test_below_sm75_vllm_has_no_arm_and_below_sm90_block_fp8_runs_weight_only(
     assert {(a["executed"], a.get("kernel")) for a in arms} == {("W8A16-FP8", "Marlin")}
 
 
-@pytest.mark.parametrize("release", ["0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("release", ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"])
 def test_every_modelled_vllm_release_gives_the_block_arm(
     tmp_path: Path, run: Any, release: str
 ) -> None:
@@ -571,7 +571,7 @@ def test_sglang_loads_the_block_scales_of_other_architectures(tmp_path: Path, ru
     assert code == 1 and {r["code"] for r in report["refusals"]} == {"operand-unloaded"}
 
 
-@pytest.mark.parametrize("release", ["0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("release", ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"])
 def test_vllm_mistral3_renames_block_scales_away(tmp_path: Path, run: Any, release: str) -> None:
     """vllm-project/vllm vllm/model_executor/models/mistral3.py: hf_to_vllm_mapper renames
     .weight_scale_inv to .weight_scale (Mistral's per-tensor FP8), which the block method does

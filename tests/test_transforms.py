@@ -131,7 +131,7 @@ def test_vllm_applies_no_transform_on_routed_experts() -> None:
     ]
     assert report.refusals[0].message.startswith(
         "model.layers.0.mlp.experts: config.json: quantization_config's transform u at output "
-        "rotates model.layers.0.mlp.experts.0.down_proj and 11 more at run time; vllm v0.33.0 "
+        "rotates model.layers.0.mlp.experts.0.down_proj and 11 more at run time; vllm v0.34.0 "
         "applies online transforms only on the Linear layers it builds with the quant config, "
         "not on its RoutedExperts"
     )

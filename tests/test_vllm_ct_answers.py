@@ -21,7 +21,7 @@ import pytest
 from ct_answers import answers, rule_for, unexplained
 from qarm_audit.engines.profile import Profile, load_profile
 
-RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 ANSWERS = {release: answers("vllm", release) for release in RELEASES}
 PROFILES: dict[str, Profile] = {release: load_profile(f"vllm=={release}") for release in RELEASES}
 PAST_THE_BUILD = (
