@@ -8,12 +8,12 @@ with a stand-in object whose class name is the vLLM class. No vLLM code is writt
 output is the answers, with the release, the commit the wheel records and a citation per
 function. tests/test_vllm_answers.py compares qarm's engine view with them.
 
-    pip download --no-deps vllm==0.33.0 -d /tmp/rel
-    python scripts/derive_vllm_answers.py --wheel /tmp/rel/vllm-0.33.0-*.whl          # write
-    python scripts/derive_vllm_answers.py --wheel /tmp/rel/vllm-0.33.0-*.whl --check  # compare
+    pip download --no-deps vllm==0.34.0 -d /tmp/rel
+    python scripts/derive_vllm_answers.py --wheel /tmp/rel/vllm-0.34.0-*.whl          # write
+    python scripts/derive_vllm_answers.py --wheel /tmp/rel/vllm-0.34.0-*.whl --check  # compare
 
 The trees: layer names, classes and whether a layer is built with the quant config come from
-``src/qarm_audit/layers/facts/vllm-0.33.0.json`` (derived from the same release by
+``src/qarm_audit/layers/facts/vllm-0.34.0.json`` (derived from the same release by
 ``scripts/derive_engine_layers.py``); which layers each architecture builds follows its model
 file, cited per tree. The dispatch on the layer's class (which config method a layer reaches)
 follows each config's ``get_quant_method``, cited beside it. The packed mapping each layer is
@@ -43,10 +43,10 @@ from typing import Any
 import engine_source
 
 ROOT = Path(__file__).resolve().parent.parent
-FACTS = ROOT / "src" / "qarm_audit" / "layers" / "facts" / "vllm-0.33.0.json"
+FACTS = ROOT / "src" / "qarm_audit" / "layers" / "facts" / "vllm-0.34.0.json"
 REALWORLD = ROOT / "tests" / "data" / "realworld"
-OUT = ROOT / "tests" / "data" / "vllm-0.33.0-answers.json"
-RELEASE = "0.33.0"
+OUT = ROOT / "tests" / "data" / "vllm-0.34.0-answers.json"
+RELEASE = "0.34.0"
 FORMAT = "qarm-vllm-answers/2"
 
 Q = "vllm/model_executor/layers/quantization/"
@@ -164,7 +164,7 @@ class _Logger:
 
 def _re_module(wheel: _Wheel) -> types.ModuleType:
     """The module the release binds to ``re`` where its matching lives: ``regex`` when it
-    writes ``import regex as re`` (0.33.0 does, in config_utils.py and models/utils.py)."""
+    writes ``import regex as re`` (0.33.0 and 0.34.0 do, in config_utils.py and models/utils.py)."""
     found: set[str] = set()
     for name in (CONFIG_UTILS, MODEL_UTILS):
         for node in wheel.tree(name).body:
@@ -1514,7 +1514,7 @@ def derive(wheel_path: Path) -> dict[str, Any]:
         "commit": commit,
         "commit_note": "the commit as the wheel's vllm/_version.py records it (abbreviated)",
         "functions": cites,
-        "facts": "src/qarm_audit/layers/facts/vllm-0.33.0.json",
+        "facts": "src/qarm_audit/layers/facts/vllm-0.34.0.json",
         "trees": trees,
         "cases": cases,
     }
@@ -1534,7 +1534,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wheel",
         type=Path,
-        default=Path("/tmp/rel/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"),
+        default=Path("/tmp/rel/vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl"),
     )
     parser.add_argument("--check", action="store_true", help="compare with the committed file")
     parser.add_argument("--out", type=Path, default=OUT)

@@ -1,6 +1,6 @@
-"""Differential: qarm's engine view against vLLM 0.33.0's own decision functions.
+"""Differential: qarm's engine view against vLLM 0.34.0's own decision functions.
 
-tests/data/vllm-0.33.0-answers.json holds, for each case (a declaration on one of vLLM's layer
+tests/data/vllm-0.34.0-answers.json holds, for each case (a declaration on one of vLLM's layer
 trees: Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 with ``q_lora_rank``, Mixtral, Llava with either
 checkpoint naming, Kimi-K2.5, DeepSeek-V4, GLM-5, Laguna, Qwen3.5 and Qwen2-VL under
 transformers 5 names, whose mapper's order decides them and whose language model alone fuses
@@ -23,7 +23,7 @@ loading silently wrong where qarm refuses (a MoE layer decided from one expert, 
 whose targets miss a shard: 11); an engine-arm rule outside resolution (non-WNA16 embeddings:
 4); and an ignore entry vLLM leaves unmapped (``lm_head``, no dot) where both leave the layer
 unquantized. Regenerate with
-``python scripts/derive_vllm_answers.py --wheel vllm-0.33.0-...whl`` (``--check`` compares).
+``python scripts/derive_vllm_answers.py --wheel vllm-0.34.0-...whl`` (``--check`` compares).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from qarm_audit.resolve.resolver import EXCLUDED, UNLISTED
 from qarm_audit.sources.checkpoint import TensorEntry
 
 DATA = Path(__file__).parent / "data"
-ANSWERS = json.loads((DATA / "vllm-0.33.0-answers.json").read_text("utf-8"))
-FACTS = load_facts("vllm-0.33.0")
+ANSWERS = json.loads((DATA / "vllm-0.34.0-answers.json").read_text("utf-8"))
+FACTS = load_facts("vllm-0.34.0")
 SHAPES = {"norm": (16,), "conv": (16, 3, 2, 2), "embedding": (32, 16), "linear": (16, 16)}
 REFUSING = {"fused-shards-disagree", "experts-disagree"}
 
@@ -231,7 +231,7 @@ def test_the_agreement_stated_above_and_in_docs_semantics() -> None:
 
 
 def test_the_answers_cover_the_trees_and_the_families() -> None:
-    assert ANSWERS["release"] == "0.33.0"
+    assert ANSWERS["release"] == "0.34.0"
     assert {c["tree"] for c in ANSWERS["cases"]} == {
         "llama",
         "qwen3",
