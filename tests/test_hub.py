@@ -332,6 +332,31 @@ def test_a_likely_shard_listed_without_a_size_is_no_error_unless_the_index_names
     assert "gives no size for it" in refused.stderr
 
 
+def answer_for(monkeypatch: Any, file: str, change: Callable[[Any], Any]) -> None:
+    """The test server answers a request for ``file`` at a revision (``/resolve/``) with what
+    ``change`` makes of its own answer."""
+    resolve = hubserver._Router.resolve
+
+    def changed(self: Any, segs: list[str]) -> Any:
+        answer = resolve(self, segs)
+        if answer is not None and segs[-1] == file and "resolve" in segs:
+            return change(answer)
+        return answer
+
+    monkeypatch.setattr(hubserver._Router, "resolve", changed)
+
+
+def with_header(name: str, value: str) -> Callable[[Any], Any]:
+    """An answer's ``name`` header replaced by ``value``."""
+
+    def change(answer: Any) -> Any:
+        kept = [(k, v) for k, v in answer.headers if k.lower() != name.lower()]
+        answer.headers = [*kept, (name, value)]
+        return answer
+
+    return change
+
+
 @pytest.mark.parametrize("header", ["ETag", "X-Linked-Etag"])
 # the relative one climbs from the cache's blobs/ to tmp_path: hf/models--org--etag/blobs
 @pytest.mark.parametrize("name", ["{outside}", "../../../outside/written", "W//{outside}"])
@@ -344,16 +369,7 @@ def test_a_document_blob_named_as_a_path_is_refused_and_nothing_written(
     outside.parent.mkdir()
     etag = name.format(outside=outside)
     spec = RepoSpec.from_folder("org/etag", single(tmp_path))
-    resolve = hubserver._Router.resolve
-
-    def named_as_a_path(self: Any, segs: list[str]) -> Any:
-        answer = resolve(self, segs)
-        if answer is not None and segs[-1] == "config.json":
-            kept = [(k, v) for k, v in answer.headers if k.lower() != header.lower()]
-            answer.headers = [*kept, (header, f'"{etag}"')]
-        return answer
-
-    monkeypatch.setattr(hubserver._Router, "resolve", named_as_a_path)
+    answer_for(monkeypatch, "config.json", with_header(header, f'"{etag}"'))
     hub(spec)
     before = {p for p in tmp_path.rglob("*") if "hf" not in p.relative_to(tmp_path).parts[:1]}
     refused = run("audit", f"org/etag@{spec.sha}", "--format", "json")
@@ -372,16 +388,7 @@ def test_a_document_answered_as_of_another_commit_is_refused_and_not_cached(
     """huggingface_hub files a document under the commit its answer names: one answered as of
     another commit is refused, and nothing is filed under that commit."""
     spec = RepoSpec.from_folder("org/commit", single(tmp_path))
-    resolve = hubserver._Router.resolve
-
-    def of_another_commit(self: Any, segs: list[str]) -> Any:
-        answer = resolve(self, segs)
-        if answer is not None and segs[-1] == "config.json":
-            kept = [(k, v) for k, v in answer.headers if k.lower() != "x-repo-commit"]
-            answer.headers = [*kept, ("X-Repo-Commit", named)]
-        return answer
-
-    monkeypatch.setattr(hubserver._Router, "resolve", of_another_commit)
+    answer_for(monkeypatch, "config.json", with_header("X-Repo-Commit", named))
     hub(spec)
     refused = run("audit", f"org/commit@{spec.sha}", "--format", "json")
     assert refused.exit_code == 3, refused.stderr
@@ -399,15 +406,8 @@ def test_a_file_redirected_to_a_missing_page_is_named_as_redirected_not_missing(
     """A redirect (of a document's metadata request, of a shard's range read) to a page the
     server does not have: the commit may well hold the file; the error says where it went."""
     spec = RepoSpec.from_folder("org/redirected", single(tmp_path))
-    resolve = hubserver._Router.resolve
-
-    def redirected(self: Any, segs: list[str]) -> Any:
-        answer = resolve(self, segs)
-        if answer is not None and segs[-1] == target and "resolve" in segs:
-            return hubserver._Response(302, [("Location", "."), ("X-Repo-Commit", spec.sha)])
-        return answer
-
-    monkeypatch.setattr(hubserver._Router, "resolve", redirected)
+    redirect = hubserver._Response(302, [("Location", "."), ("X-Repo-Commit", spec.sha)])
+    answer_for(monkeypatch, target, lambda answer: redirect)
     hub(spec)
     refused = run("audit", f"org/redirected@{spec.sha}")
     assert refused.exit_code == 3, refused.stderr

@@ -144,7 +144,7 @@ def _late(request: httpx2.Request) -> None:
     cut off at the deadline (5 times, 1 s apart), and each resume ends here at once. A request
     sent waits for its answer no longer than the deadline leaves: ``hf_hub_download`` asks its
     metadata again with a fixed 60 s timeout, which a silent server would otherwise use up."""
-    deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
+    deadline = current_request()
     if deadline is not None:
         deadline.check()
         timeouts = request.extensions.get("timeout")
@@ -155,7 +155,7 @@ def _late(request: httpx2.Request) -> None:
 
 
 def _watch(response: httpx2.Response) -> None:
-    deadline: RequestDeadline | None = getattr(_CURRENT, "deadline", None)
+    deadline = current_request()
     if deadline is not None:
         deadline.refuse_a_wait_past_it(response)
         stream = response.extensions.get("network_stream")
