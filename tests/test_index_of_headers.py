@@ -20,10 +20,12 @@ from qarm_audit.sources import open_source
 from qarm_audit.sources.index import (
     ShardIndex,
     _dumps_writes_the_same,
+    _head,
     _keys_may_be_sorted,
     index_head,
     index_text_of,
     parse_index,
+    written_index,
 )
 from qarm_audit.sources.local import read_local_shard
 
@@ -283,20 +285,45 @@ _NAMES = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=
 
 
 @given(
-    rest=st.dictionaries(_ASCII.filter(lambda k: k != "weight_map"), _VALUES, max_size=3),
+    rest=st.dictionaries(_ASCII.filter(lambda k: k < "weight_map"), _VALUES, max_size=3),
     weight_map=st.dictionaries(_NAMES, _ASCII, min_size=1, max_size=40),
+    tail=st.sampled_from([b"", b"\n"]),
 )
 def test_no_index_transformers_writes_is_turned_away_by_its_key_order(
-    rest: dict[str, Any], weight_map: dict[str, str]
+    rest: dict[str, Any], weight_map: dict[str, str], tail: bytes
 ) -> None:
-    """The key-order look (first key, adjacent keys rising) never refuses the writer's text,
-    whatever the names hold (quotes, backslashes, control characters, non-ASCII)."""
+    """The key-order look (first key, adjacent keys rising, the text ending with the
+    weight_map) never refuses the writer's text, whatever the names hold (quotes,
+    backslashes, control characters, non-ASCII), with or without the final newline the proof
+    allows. The keys before the weight_map are those that sort before it: a key after it is
+    never proven (see the next test)."""
     raw = orjson.dumps(
         {**rest, "weight_map": weight_map}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     )
     cut = raw.find(b'\n  "weight_map": {')
     assert cut >= 0
-    assert _keys_may_be_sorted(raw, cut, min(weight_map))
+    assert _keys_may_be_sorted(raw + tail, cut, min(weight_map))
+
+
+@pytest.mark.parametrize("after", [1, {"a": 1}, [], "z"])
+def test_an_index_with_a_key_after_the_weight_map_is_parsed_not_proven(
+    tmp_path: Path, after: object
+) -> None:
+    """A key sorting after ``weight_map`` ends the text after the weight_map; the proof writes
+    only the keys before it, so the text is turned away before a proof that could not hold,
+    and the checkpoint is the one parsing the index gives."""
+    root = folder(tmp_path / "after", TWO)
+    weight_map = {name: file for file, tensors in TWO.items() for name in tensors}
+    document = {"weight_map": weight_map, "zeta": after}
+    (root / INDEX).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    raw = (root / INDEX).read_bytes()
+    shards = [read_local_shard(root / f, f) for f in TWO]
+    assert index_head(raw, shards) is None
+    head = _head(raw)
+    assert head is not None and written_index(raw, head[0], shards) is None  # could not hold
+    checkpoint = open_source(str(root))
+    assert checkpoint.parsed_index is not None and not checkpoint.parsed_index.from_headers
+    assert checkpoint.parsed_index.weight_map == weight_map
 
 
 def test_an_index_written_with_crlf_line_ends_is_parsed_not_proven(tmp_path: Path) -> None:

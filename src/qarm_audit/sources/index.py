@@ -187,6 +187,10 @@ _FILE = attrgetter("file")
 _ENTRY = b'\n    "'
 """Where each weight_map entry begins in the text ``transformers`` writes (indent 2)."""
 
+_WRITERS_END = b"\n  }\n}"
+"""How the text transformers writes ends (before a final newline): the weight_map closes, then
+the document."""
+
 SORT_PROBES = 256
 """Pairs of adjacent weight_map keys compared by :func:`_keys_may_be_sorted`."""
 
@@ -199,18 +203,27 @@ def _keys_may_be_sorted(raw: bytes, cut: int, least: str) -> bool:
     ``json.dump(index, indent=2)``) is then parsed at once, rather than proven aside while the
     audit runs and found wrong only once the audit is done, which would run it twice.
 
+    The text must also end as the writer's does, with the weight_map (its last key, for the
+    keys before it sort first): the proof writes only those keys and the weight_map, so no
+    text with a key after the weight_map is proven. That end is where the keys are compared
+    up to, found without a search through tens of megabytes of names.
+
     Only a key spelled without an escape is compared: its bytes are then its UTF-8, whose
     order is the code point order the writer sorts by, so a text the proof would accept is
     never turned away here. A text this lets through is still proven in full."""
-    first = raw.find(_ENTRY, cut + 1)
+    if raw.endswith(_WRITERS_END):
+        end = len(raw) - len(_WRITERS_END)
+    elif raw.endswith(_WRITERS_END + b"\n"):
+        end = len(raw) - len(_WRITERS_END) - 1
+    else:
+        return False
+    first = raw.find(_ENTRY, cut + 1, end)
     if first < 0:
         return True  # no entry where the writer puts them: the proof decides
     key = _key_at(raw, first + len(_ENTRY))
     # a header name holds no lone surrogate (the header parse refuses one), so it encodes
     if key is not None and key != least.encode():
         return False
-    end = raw.find(b"\n  }", first)
-    end = len(raw) if end < 0 else end
     for at in range(first, end, max((end - first) // SORT_PROBES, 1)):
         one = raw.find(_ENTRY, at, end)
         two = raw.find(_ENTRY, one + 1, end) if one >= 0 else -1
