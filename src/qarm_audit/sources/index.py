@@ -211,12 +211,10 @@ def _keys_may_be_sorted(raw: bytes, cut: int, least: str) -> bool:
     Only a key spelled without an escape is compared: its bytes are then its UTF-8, whose
     order is the code point order the writer sorts by, so a text the proof would accept is
     never turned away here. A text this lets through is still proven in full."""
-    if raw.endswith(_WRITERS_END):
-        end = len(raw) - len(_WRITERS_END)
-    elif raw.endswith(_WRITERS_END + b"\n"):
-        end = len(raw) - len(_WRITERS_END) - 1
-    else:
+    stop = len(raw) - raw.endswith(b"\n")  # the one final newline the proof allows
+    if not raw.endswith(_WRITERS_END, 0, stop):
         return False
+    end = stop - len(_WRITERS_END)
     first = raw.find(_ENTRY, cut + 1, end)
     if first < 0:
         return True  # no entry where the writer puts them: the proof decides
