@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from operator import itemgetter
 
 from ..errors import IntegrityError
-from ..sources.checkpoint import TensorEntry
+from ..sources.checkpoint import ShardHeader, TensorEntry
 from .operands import BNB_MODULE_TAILS, BNB_SUFFIXES, KV_OPERANDS, QUANT_OPERANDS, WEIGHT_NAMES
 
 FUSED_SHARDS: dict[str, tuple[str, ...]] = {
@@ -153,23 +153,91 @@ def build_inventory(tensors: Iterable[TensorEntry]) -> dict[str, ModuleInfo]:
     dotted = [module for module in table if module.endswith(BNB_MODULE_TAILS)] if joinable else []
     if dotted:
         _join_dotted_operands(table, dotted)
+    modules = _module_infos(table, {}, {})
+    assign_engine_names(modules)
+    return modules
+
+
+def _module_infos(
+    table: Mapping[str, dict[str, TensorEntry]],
+    layouts: dict[tuple[object, ...], int],
+    kinds: dict[tuple[int, str, bool], str],
+) -> dict[str, ModuleInfo]:
+    """Each module of ``table`` with its layout and kind, numbering layouts on from those in
+    ``layouts`` and taking kinds known in ``kinds`` (both added to)."""
     modules: dict[str, ModuleInfo] = {}
-    layouts: dict[tuple[object, ...], int] = {}
-    # A module's kind depends on its name only through its leaf and ".experts"
-    kinds: dict[tuple[int, str, bool], str] = {}
     for module, operands in table.items():
         # flat: one tuple to build and hash per module (operand names, then (dtype, shape)s)
         flat = (*operands, *map(_DTYPE_SHAPE, operands.values()))
         layout = layouts.get(flat)
         if layout is None:
             layout = layouts[flat] = len(layouts) + 1
+        # a module's kind depends on its name only through its leaf and ".experts"
         key = (layout, module.rpartition(".")[2], ".experts" in module)
         kind = kinds.get(key)
         if kind is None:
             kind = kinds[key] = _kind(module, operands)
         modules[module] = ModuleInfo(module, operands, kind, layout=layout)
-    assign_engine_names(modules)
     return modules
+
+
+class ShardInventory:
+    """:func:`build_inventory` worked out shard by shard, as each header arrives (in any
+    order), then joined in the checkpoint's order of shards: the per-tensor work is done while
+    later headers are still being read.
+
+    :meth:`inventory` gives what :func:`build_inventory` gives for the same shards' tensors,
+    but for the numbers of the layouts (equal for modules alike, as there), or None where it
+    cannot be joined so and :func:`build_inventory` is to be run: a shard it was not given, two
+    names that split alike (that function names the clash), bitsandbytes' parts (joined
+    across modules there). A module whose tensors lie in several shards is joined. Taken once:
+    the modules it gives are the audit's to change."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[object, ...], int] = {}
+        self._kinds: dict[tuple[int, str, bool], str] = {}
+        self._spelled: dict[str, str] = {}
+        # by the shard's identity (the checkpoint holds the very headers given here), each held
+        # with its part, so that no other object takes its id meanwhile
+        self._parts: dict[int, tuple[ShardHeader, dict[str, ModuleInfo] | None]] = {}
+        self._taken = False
+
+    def add(self, shard: ShardHeader) -> None:
+        table: dict[str, dict[str, TensorEntry]] = defaultdict(dict)
+        spelled = self._spelled
+        for entry in shard.tensors:
+            module, _, operand = entry[0].rpartition(".")
+            table[module][spelled.setdefault(operand, operand)] = entry
+        split_alike = sum(map(len, table.values())) != len(shard.tensors)
+        infos = None if split_alike else _module_infos(table, self._layouts, self._kinds)
+        if infos is not None:
+            _name_experts(infos)
+        self._parts[id(shard)] = (shard, infos)
+
+    def inventory(self, shards: Sequence[ShardHeader]) -> dict[str, ModuleInfo] | None:
+        """The modules of ``shards`` (in this order), or None (see the class)."""
+        if self._taken or not _BNB_PARTS.isdisjoint(self._spelled):
+            return None
+        self._taken = True
+        modules: dict[str, ModuleInfo] = {}
+        for shard in shards:
+            _, infos = self._parts.get(id(shard), (shard, None))
+            if infos is None:
+                return None
+            across = modules.keys() & infos.keys()
+            joined: dict[str, ModuleInfo] = {}
+            for name in across:
+                before, after = modules[name].operands, infos[name].operands
+                operands = {**before, **after}
+                if len(operands) != len(before) + len(after):
+                    return None  # one name twice, or two that split alike
+                joined.update(_module_infos({name: operands}, self._layouts, self._kinds))
+            _name_experts(joined)
+            # a module met before keeps its place, as it does in build_inventory
+            modules.update(infos)
+            modules.update(joined)
+        _name_fused(modules)
+        return modules
 
 
 def _table_naming_the_clash(entries: list[TensorEntry]) -> dict[str, dict[str, TensorEntry]]:
@@ -227,12 +295,23 @@ def engine_layers(modules: Mapping[str, ModuleInfo]) -> dict[str, list[ModuleInf
 
 def assign_engine_names(modules: dict[str, ModuleInfo]) -> None:
     """Name each module as the engine does: fused shards and routed experts share one module."""
+    _name_experts(modules)
+    _name_fused(modules)
+
+
+def _name_experts(modules: Mapping[str, ModuleInfo]) -> None:
+    """A routed expert is named by its experts layer, any other module by its own name: what
+    the name alone tells (so a shard's modules are named as the shard is read)."""
     for info, experts in zip(modules.values(), experts_layers(modules), strict=True):
         info.experts = experts
-        if experts:
-            info.engine_name = experts
+        info.engine_name = experts or info.name
+
+
+def _name_fused(modules: Mapping[str, ModuleInfo]) -> None:
+    """The shards of a fused module present (two at least) named by the fused module."""
+    for info in modules.values():
+        if info.experts:
             continue
-        info.engine_name = info.name
         parent, _, leaf = info.name.rpartition(".")
         fused = SHARD_TO_FUSED.get(leaf)
         if fused is None:
