@@ -29,13 +29,13 @@ from qarm_audit.commands import ahead
 from qarm_audit.declarations import read_declaration
 
 started = []
-start = ahead.AuditAhead.start
+start = ahead.AuditAhead.documents
 
 def watched_start(self, documents):
     start(self, documents)
     started.append(self._aside is not None and self._aside.forked)
 
-ahead.AuditAhead.start = watched_start
+ahead.AuditAhead.documents = watched_start
 
 for root in sys.argv[1:]:
     ahead.AHEAD_MIN_BYTES = 1 << 62
@@ -52,7 +52,7 @@ for root in sys.argv[1:]:
 # a declaration asked for other documents than the ones started with is theirs
 first, other = ({"config.json": open(f"{r}/config.json").read()} for r in sys.argv[3:5])
 early = ahead.AuditAhead()
-early.start(first)
+early.documents(first)
 assert early.declaration(other) == read_declaration(other) != read_declaration(first)
 assert early.declaration(first) == read_declaration(first)
 early.close()

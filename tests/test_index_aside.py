@@ -89,6 +89,22 @@ assert values.forked
 assert values.next() == {"a": [1, 2]} and values.next() == "x" * 200_000
 assert values.next() is None and not values.forked and values.next() is None
 
+# what the child sent and is not read yet is seen as there, by ready() and by a wait on its
+# pipe: it is in the pipe, never in a buffer here
+def two_then_wait():
+    yield 1
+    yield 2
+    time.sleep(30)
+
+pair = Aside(two_then_wait)
+time.sleep(0.2)  # both sent
+assert pair.next() == 1
+assert pair.ready()
+import select
+assert select.select([pair.fileno()], [], [], 5)[0]
+assert pair.next() == 2
+pair.close()
+
 # a child still working when no more is wanted is stopped, not waited for
 def endless():
     yield 1

@@ -1,6 +1,7 @@
-"""A compressed-tensors declaration's ``re:`` entries tried on the module names in a forked copy
-while the modules are grouped (``resolve/matching_ahead.py``): the report, and every error, is
-what the audit matching every name itself gives; and the copy's work is what the audit uses."""
+"""A compressed-tensors declaration's ``re:`` entries tried on half the module names in a forked
+copy while the process builds the layer tree and tries the other half
+(``resolve/matching_ahead.py``): the report, and every error, is what the audit matching every
+name itself gives; and the copy's work is what the audit uses."""
 
 from __future__ import annotations
 
@@ -38,20 +39,20 @@ def watched(self, names):
 matchers._PatternSet.prime = watched
 
 for root in sys.argv[1:]:
-    matching_ahead.AHEAD_MIN_TENSORS = 1 << 62
+    matching_ahead.AHEAD_MIN_NAMES = 1 << 62
     primed.clear()
     matchers._pattern_set.cache_clear()  # nothing known from the audit before
     itself = outcome(root)
     worked_here = sum(primed)
-    matching_ahead.AHEAD_MIN_TENSORS = 0
+    matching_ahead.AHEAD_MIN_NAMES = 0
     primed.clear()
     matchers._pattern_set.cache_clear()
     aside = outcome(root)
     assert aside == itself, root
     name = root.rsplit("/", 1)[1]
     if '"verdict"' in aside:
-        # every name the process matched itself before, the copy matched this time
-        assert worked_here > 0 and sum(primed) == 0, (name, worked_here, primed)
+        # the copy matched part of the names the process matched itself before
+        assert 0 < sum(primed) < worked_here, (name, worked_here, primed)
     print(name, aside[:40].replace("\\n", " "))
 """
 )

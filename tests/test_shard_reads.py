@@ -30,6 +30,7 @@ from qarm_audit.sources.shard_reads import read_headers
 
 root = Path(sys.argv[1])
 shards = [(p.name, p) for p in sorted(root.glob("*.safetensors"))]
+files = [f for f, _ in shards]
 parent = os.getpid()
 here = []
 
@@ -41,36 +42,52 @@ def read(path, file):
 def open_ends():
     return sorted(os.listdir("/proc/self/fd"))
 
-def outcome(copies, reader=read, alone=True, **standing):
+def outcome(copies, reader=read):
     here.clear()
     ends = open_ends()
     got = [
         (file, got if not isinstance(got, Exception) else f"{type(got).__name__}: {got}")
-        for file, got in read_headers(shards, reader, copies=copies, **standing)
+        for file, got in read_headers(shards, reader, copies=copies)
     ]
-    if not alone:  # another child of the script's own is still there
-        return got
     assert open_ends() == ends, "a pipe left open"
     try:
         os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:  # none: every copy, given work or dismissed, ended and was reaped
+    except ChildProcessError:  # none: every copy ended and was reaped
         pass
     else:
         raise AssertionError("a copy left behind")
-    return got
+    assert sorted(f for f, _ in got) == files, "a shard given twice, or not at all"
+    return dict(got)
 
 itself = outcome(0)
-assert here == [f for f, _ in shards]
-files = [f for f, _ in shards]
-assert [f for f, _ in itself] == files
-assert any(isinstance(h, str) for _, h in itself), "a shard that does not read"
+assert here == files  # in order, where no copy reads
+assert any(isinstance(h, str) for h in itself.values()), "a shard that does not read"
 for copies in (1, 3):
     assert outcome(copies) == itself, copies
-    # the copies read the later runs: here only the first run, and the shard that does not
-    # read wherever a copy met it (read again here, for its error)
-    first = files[: len(files) // (copies + 1)]
-    assert here[: len(first)] == first and set(here[len(first):]) <= {"0013-broken.safetensors"}
-    assert len(here) < len(files), here
+
+# copies that send nothing until the process has read every shard no copy is parsing: the
+# process reads all of them, from the back of the longest run left, and waits for the rest
+go, release = os.pipe()
+
+def held_back(path, file):
+    if os.getpid() != parent:
+        os.read(go, 1)  # one byte each: let through once the process has read its part
+    else:
+        here.append(file)
+        if len(here) == len(files) - copies:
+            os.write(release, b"x" * len(files))
+    return read_local_shard(path, file)
+
+for copies, fronts in ((1, [0]), (3, [0, 8, 16])):
+    assert outcome(copies, held_back) == itself, copies
+    assert sorted(here) == [f for n, f in enumerate(files) if n not in fronts], here
+    assert here[0] == files[-1], here  # the back first
+    os.set_blocking(go, False)  # what the copies did not take, for the next round
+    try:
+        os.read(go, len(files))
+    except BlockingIOError:
+        pass
+    os.set_blocking(go, True)
 
 def dying(at):
     def read_or_die(path, file):
@@ -84,38 +101,11 @@ def failing(path, file):
         raise RuntimeError("not a QarmError: the copy ends")
     return read(path, file)
 
-later = files[-3]
+later = files[3]
 assert outcome(1, dying(later)) == itself
-assert later in here and files[-1] in here, here  # the rest of its run, read here
+assert later in here, here  # the rest of its run, read here
 assert outcome(2, failing) == itself
-assert here == files[: len(here)] and len(here) == len(files), here
-
-def free_after(shards_read):
-    return lambda: int(len(here) >= shards_read)
-
-# a copy on standby, given the back of what is left once a CPU is free: after 3 shards here,
-# 11 of the 22 left (the one that does not read is the last of the process's)
-assert outcome(0, standbys=1, free=free_after(3)) == itself
-assert here == files[:14] and files[13] == "0013-broken.safetensors", here
-# two, each given the back half of what is left when asked, the later one nearer the front:
-# 12 after the first shard, 6 after the second (the one that does not read, read again here)
-shard_reads.MIN_SHARDS_PER_READER = 4
-assert outcome(0, standbys=2, free=lambda: 1) == itself
-assert here == files[:7] + ["0013-broken.safetensors"], here
-shard_reads.MIN_SHARDS_PER_READER = 8
-# never given work: dismissed, every shard read here
-assert outcome(0, standbys=2, free=lambda: 0) == itself
-assert here == files
-# beside a copy started at once (the process's run of 12: 6 of them to the standby copy)
-shard_reads.MIN_SHARDS_PER_READER = 4
-assert outcome(1, standbys=1, free=lambda: 1) == itself
-assert here == files[:6] + ["0013-broken.safetensors"], here
-shard_reads.MIN_SHARDS_PER_READER = 8
-# a standby copy that dies or fails part way
-assert outcome(0, dying(files[20]), standbys=1, free=free_after(2)) == itself
-assert files[20] in here and files[-1] in here, here  # its run's rest, read here
-assert outcome(0, failing, standbys=1, free=free_after(2)) == itself
-assert here == files
+assert sorted(here) == files, here
 
 # one file descriptor to spare, none for a pipe: no copy, every shard read here, as it reads
 import resource
@@ -128,94 +118,25 @@ try:
 except OSError:
     os.close(filling.pop())
 try:
-    got = [outcome(1), outcome(0, standbys=2, free=lambda: 1)]
+    got = outcome(1)
 finally:
     for end in filling:
         os.close(end)
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-assert got == [itself, itself]
-assert here == files
+assert got == itself
+assert sorted(here) == files
 
-# no fork to be had: no copy, every shard read here (and no order written to a copy that is
-# not there: with SIGPIPE at its default, as a program embedding the library may set it, that
-# write would end the process)
+# no fork to be had: no copy, every shard read here
 real_fork = os.fork
 def no_fork():
     raise OSError(11, "Resource temporarily unavailable")
 os.fork = no_fork
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 try:
-    got = [outcome(1), outcome(0, standbys=2, free=lambda: 1)]
+    got = outcome(3)
 finally:
     os.fork = real_fork
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-assert got == [itself, itself]
-assert here == files
-
-# a copy on standby that has ended before it is given work: not written to (SIGPIPE at its
-# default again), what it would have read is read here
-def children():
-    return [int(pid) for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
-
-def ended(pid):
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
-
-def killing_the_standby(path, file):
-    if os.getpid() == parent and not here:
-        for child in children():
-            os.kill(child, signal.SIGKILL)
-            while not ended(child):  # its pipes closed, not yet reaped
-                time.sleep(0.001)
-    return read(path, file)
-
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-try:
-    got = outcome(0, killing_the_standby, standbys=1, free=free_after(3))
-finally:
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 assert got == itself
-assert here == files
-
-# a copy on standby is not at work until it is given work; one whose value waits in its pipe
-# is at work no more
-from qarm_audit.sources.aside import Aside, busy
-
-def waiting_for(end):
-    def work():
-        os.read(end, 1)
-        return iter(["done"])
-    return work
-
-go, release = os.pipe()
-standing = Aside(waiting_for(go), standby=True)
-assert standing.forked and busy() == 0
-standing.to_work()
-assert busy() == 1
-os.write(release, b"x")
-while not standing.ready():
-    time.sleep(0.001)
-assert busy() == 0
-assert standing.next() == "done"
-standing.close()
-
-# by default, a copy on standby for each copy at work now, given the back of what is left once
-# that copy's work is done
-shard_reads._cpus = lambda: 2
-other = Aside(waiting_for(go))
-assert other.forked and busy() == 1
-
-def read_freeing(path, file):
-    if os.getpid() == parent and len(here) == 2 and busy():
-        os.write(release, b"x")
-        while not other.ready():
-            time.sleep(0.001)
-        assert busy() == 0
-    return read(path, file)
-
-assert outcome(None, read_freeing, alone=False) == itself
-assert here == files[:14], here
-assert other.next() == "done"
-other.close()
+assert sorted(here) == files
 print("ok")
 """
 
@@ -223,12 +144,12 @@ print("ok")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork is taken on Linux only")
 def test_headers_read_by_copies_are_the_headers_read_here(tmp_path: Path) -> None:
     """In a process of its own (a fork needs the only thread): 24 shards read by the process
-    alone, then with one and three copies, with copies on standby given work as CPUs come
-    free or never, and with copies that die or fail part way, give the same headers and the
-    same error, in the same order; every copy has ended, and every pipe is closed, when the
-    reading does. The shards hold names with a line break, a quote and non-ASCII (the copies
-    join names by line breaks where none holds one), metadata, no tensor at all, and one shard
-    does not read."""
+    alone, then with one and three copies, with copies held back until the process has read
+    its part, and with copies that die or fail part way, give the same headers and the same
+    error, each shard once; every copy has ended, and every pipe is closed, when the reading
+    does. The shards hold names with a line break, a quote and non-ASCII (the copies join
+    names by line breaks where none holds one), metadata, no tensor at all, and one shard does
+    not read."""
     root = tmp_path / "shards"
     root.mkdir()
     for number in range(24):
@@ -246,7 +167,7 @@ def test_headers_read_by_copies_are_the_headers_read_here(tmp_path: Path) -> Non
             metadata={"format": "pt"} if number % 2 else None,
         )
     (root / "0013-broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
-    assert run_alone(COMPARED, str(root)) == "ok\n"
+    assert run_alone(COMPARED, str(root), timeout=120) == "ok\n"
 
 
 AUDITED = """
@@ -294,12 +215,11 @@ def test_the_audit_with_headers_read_by_copies_is_the_audit_without(
 
 
 def test_copies_one_per_cpu_left_free_and_none_for_few_shards() -> None:
-    assert shard_reads._copies(200, 4, 0) == 3
-    assert shard_reads._copies(16, 4, 0) == 1  # eight shards each at least
-    assert shard_reads._copies(15, 4, 0) == 0
-    assert shard_reads._copies(200, 4, 1) == 2  # a copy already at work
-    assert shard_reads._copies(200, 1, 0) == 0
-    assert shard_reads._copies(2000, 64, 0) == 7
+    assert shard_reads._copies(200, 4) == 3
+    assert shard_reads._copies(16, 4) == 1  # eight shards each at least, the process's too
+    assert shard_reads._copies(15, 4) == 0
+    assert shard_reads._copies(200, 1) == 0
+    assert shard_reads._copies(2000, 64) == 7
 
 
 @pytest.mark.parametrize(

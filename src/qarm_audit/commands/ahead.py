@@ -1,4 +1,4 @@
-"""A large folder's declaration, parsed while the shards' headers are read.
+"""What the audit of a folder works out while the shards' headers are still being read.
 
 The declaration depends on the documents alone, and a ModelOpt list of 250 000 layers takes
 half a second to parse. A forked copy of the process (``sources/aside.py``) parses it while
@@ -6,14 +6,22 @@ the process reads the headers, and the audit takes it when it gets there. That c
 nothing the audit reports: the declaration is the one the audit would parse, and where the
 copy gives none (it could not be made, died, or the parse failed) the audit parses it itself,
 meeting the same error where it would have.
+
+Each header's tensors are grouped into modules as the header comes in
+(:class:`~qarm_audit.modules.inventory.ShardInventory`), while copies of the process parse
+the later ones: the audit takes the modules joined in the checkpoint's order of shards, which
+are those :func:`~qarm_audit.modules.inventory.build_inventory` gives, and builds them itself
+where they cannot be joined so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ..declarations import Declaration, read_declaration
+from ..modules.inventory import ModuleInfo, ShardInventory
 from ..sources.aside import Aside
+from ..sources.checkpoint import ShardHeader
 
 AHEAD_MIN_BYTES = 1 << 20
 """Documents at least this large are parsed in a forked copy; a smaller declaration parses
@@ -21,17 +29,23 @@ in milliseconds, less than a copy takes to start."""
 
 
 class AuditAhead:
-    """Started by the folder reader (``start`` is an :data:`~qarm_audit.sources.Ahead`) once
-    the documents are read; asked by the audit for the declaration. :meth:`close` when the
-    audit ends."""
+    """Told by the folder reader (an :class:`~qarm_audit.sources.Ahead`) the documents, then
+    each header; asked by the audit for the declaration and the modules, where it wants them
+    (``declaration``, ``modules``: whether it does). :meth:`close` when the audit ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, declaration: bool = True, modules: bool = True) -> None:
+        self._wanted = declaration
         self._aside: Aside[Declaration] | None = None
         self._documents: dict[str, str] | None = None
         self._declaration: Declaration | None = None
+        self._inventory = ShardInventory() if modules else None
 
-    def start(self, documents: dict[str, str]) -> None:
-        if self._aside is not None or sum(map(len, documents.values())) < AHEAD_MIN_BYTES:
+    def documents(self, documents: dict[str, str]) -> None:
+        if (
+            not self._wanted
+            or self._aside is not None
+            or sum(map(len, documents.values())) < AHEAD_MIN_BYTES
+        ):
             return
         self._documents = documents
         self._aside = Aside(lambda: _parsed(documents))
@@ -46,6 +60,15 @@ class AuditAhead:
         if self._declaration is not None and documents == self._documents:
             return self._declaration
         return read_declaration(documents)  # the same, or its error, worked out here
+
+    def header(self, shard: ShardHeader) -> None:
+        if self._inventory is not None:
+            self._inventory.add(shard)
+
+    def modules(self, shards: Sequence[ShardHeader]) -> dict[str, ModuleInfo] | None:
+        """The modules of ``shards``' tensors, grouped as the headers came in; None where they
+        cannot be joined so (see :class:`ShardInventory`): the caller builds them."""
+        return self._inventory.inventory(shards) if self._inventory is not None else None
 
     def close(self) -> None:
         if self._aside is not None:

@@ -192,8 +192,12 @@ def audit_in_parts(
         installed=choice.installed,
         release_from=choice.release_from,
     )
-    # a declaration given is used as given: nothing to work out ahead
-    ahead = AuditAhead() if declaration is None else None
+    # a declaration or modules given are used as given: not worked out ahead
+    ahead = (
+        AuditAhead(declaration=declaration is None, modules=modules is None)
+        if declaration is None or modules is None
+        else None
+    )
     with collector_paused():
         try:
             checkpoint = (
@@ -204,7 +208,7 @@ def audit_in_parts(
                     require_pinned=require_pinned,
                     observer=observer,
                     prove_aside=True,
-                    ahead=ahead.start if ahead is not None else None,
+                    ahead=ahead,
                 )
             )
             return run_settled(
@@ -260,20 +264,24 @@ def _audit(
         engine_declaration = replace(declaration, compressed_tensors=kept, schemes=schemes)
     findings.extend(declaration_refusals(profile, engine_declaration))
     findings.extend(unread_findings(checkpoint))
-    tensors = list(chain.from_iterable(shard.tensors for shard in checkpoint.shards))
+    tensor_count = sum(len(shard.tensors) for shard in checkpoint.shards)
     facts = layer_facts(profile)
     model_config = read_model_config(checkpoint.documents)
-    # the re: entries tried on every module name aside, while the modules are grouped
     pattern_module = facts.pattern_module if facts is not None else "re"
     rename = engine_rename(model_config, facts)
+    given = modules is not None
+    if modules is None:
+        grouped = ahead.modules(checkpoint.shards) if ahead is not None else None
+        if grouped is None:
+            grouped = build_inventory(chain.from_iterable(s.tensors for s in checkpoint.shards))
+        modules = grouped
+    # the re: entries tried on the module names, half of them aside, while the tree is built
     matching = MatchingAhead(
-        pattern_lists(declaration, engine_declaration, pattern_module) if modules is None else [],
-        tensors,
+        pattern_lists(declaration, engine_declaration, pattern_module) if not given else [],
+        list(modules),
         rename.module if rename is not None else None,
     )
     try:
-        if modules is None:
-            modules = build_inventory(tensors)
         tree = build_tree(modules, model_config, facts)
         mark_unquantized_layers(profile, modules, model_config)
         mark_transforms(modules, declaration.transform_leaves)
@@ -377,7 +385,7 @@ def _audit(
         findings.extend(probe_findings)
     # after the probe: what a shipped k_scale does to the logits depends on its value
     findings.extend(kv_scale_on_logits(profile, declaration, model_config, gpu, modules, probe))
-    buckets = _buckets(declaration, alike, len(tensors))
+    buckets = _buckets(declaration, alike, tensor_count)
     # the message breaks ties: a set has no order of its own (string hashes vary per process)
     rows = sorted(
         set(findings), key=lambda f: (-f.severity.rank, f.code, f.module, f.tensor, f.message)
@@ -401,7 +409,7 @@ def _audit(
         else "clean"
     )
     # freed at the process's end, not here, when it ends without teardown (the CLI)
-    held(checkpoint, tensors, modules, tree, resolution, alike, spellings)
+    held(checkpoint, modules, tree, resolution, alike, spellings)
     origin = checkpoint.origin
     # Built from typed parts (every nested model validated where it was made); not validating
     # the whole again saves a pass over every module row. Tests validate the JSON it renders.
@@ -412,7 +420,7 @@ def _audit(
         ),
         declaration=_declaration_info(declaration, kv_shipped),
         engine=engine.model_copy(update={"routing": arm_routing}),
-        totals=Totals(tensors=len(tensors), modules=len(modules), shards=len(checkpoint.shards)),
+        totals=Totals(tensors=tensor_count, modules=len(modules), shards=len(checkpoint.shards)),
         buckets=buckets,
         arms=arms,
         routing_moves=moves,

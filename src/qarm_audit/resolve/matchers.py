@@ -310,10 +310,18 @@ class _PatternSet:
 
     def worked_out(self, names: list[str]) -> list[_Outcome | None]:
         """What each of ``names`` matches, as :meth:`prime` works it out (None for a name it
-        leaves to :meth:`outcome`): for :meth:`learn` in another process."""
+        leaves to :meth:`outcome`): for :meth:`learn`, here or in another process. A set that
+        knew nothing before knows nothing after, so that what it learns is kept in order."""
+        knew = bool(self._memo) or self._learned is not None
         self.prime(names)
         learned = self.learned_for(names)
-        return list(learned) if learned is not None else list(map(self.memo.get, names))
+        got: list[_Outcome | None] = (
+            list(learned) if learned is not None else list(map(self.memo.get, names))
+        )
+        if not knew:
+            self._learned = None
+            self._memo.clear()
+        return got
 
     def learn(self, names: list[str], outcomes: list[_Outcome | None]) -> None:
         """Take what :meth:`worked_out` gave for ``names`` (on the same patterns) as known."""

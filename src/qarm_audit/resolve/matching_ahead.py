@@ -1,10 +1,11 @@
-"""A compressed-tensors declaration's ``re:`` entries tried on every module name in a forked
-copy of the process while the process groups the tensors into modules.
+"""A compressed-tensors declaration's ``re:`` entries tried on the module names, half of them
+in a forked copy of the process, while the process builds the layer tree and tries the other
+half.
 
-Trying 500 patterns led by ``.*`` on a quarter of a million module names takes most of a
-second even flat in the number of patterns (``matchers.py``), and depends only on the names
-(the engine's, for the engine's view), and the patterns, all known once the headers and
-documents are read. The copy (``sources/aside.py``) works out what each name matches, as the
+Trying 500 patterns led by ``.*`` on a quarter of a million module names takes half a second
+even flat in the number of patterns (``matchers.py``), and depends only on the names (the
+engine's, for the engine's view), and the patterns, all known once the modules are grouped.
+The copy (``sources/aside.py``) works out what each name of the back half matches, as the
 pattern set would here, and the process takes that as known before it resolves. Nothing
 reported depends on it: a name the copy did not work out (or a copy that could not be made,
 or ended) is worked out here, by the same code.
@@ -12,26 +13,24 @@ or ended) is worked out here, by the same code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..declarations import Declaration
 from ..errors import PatternError
 from ..sources.aside import Aside
-from ..sources.checkpoint import TensorEntry
 from .compressed_tensors import engine_regex
 from .matchers import FirstMatch
 
-AHEAD_MIN_TENSORS = 100_000
-"""Fewer tensors are matched in a fraction of the time a copy takes to start and send."""
+AHEAD_MIN_NAMES = 25_000
+"""Fewer names are matched in a fraction of the time a copy takes to start and send."""
 
 PatternLists = list[tuple[tuple[str, ...], str, bool]]
 """(patterns, where, tried on the engine's names) of each pattern set asked: the resolver's on
 the engine's names, the producer view's on the checkpoint's."""
 
-_Worked = tuple[list[str], list[str], list[list[Any]]]
-"""The module names, the engine's names for them, and per set what each matches (None: not
-worked out)."""
+_Worked = list[list[Any]]
+"""Per set, what each name matches (None: not worked out)."""
 
 
 def pattern_lists(
@@ -54,20 +53,24 @@ def pattern_lists(
 
 
 class MatchingAhead:
-    """Started before the inventory is built; :meth:`take` before the resolver runs.
-    ``path``: the engine's name for a checkpoint module (the layer tree's), where it has one."""
+    """Started once the modules are grouped, with their ``names``; :meth:`take` before the
+    resolver runs. ``path``: the engine's name for a checkpoint module (the layer tree's),
+    where it has one."""
 
     def __init__(
         self,
         lists: PatternLists,
-        tensors: Sequence[TensorEntry],
+        names: list[str],
         path: Callable[[str], str] | None = None,
     ) -> None:
         if path is None:  # the engine's names are the checkpoint's: a set is asked once
             lists = list(dict.fromkeys((patterns, where, False) for patterns, where, _ in lists))
         self._lists = lists
+        self._names = names
+        self._path = path
+        self._half = len(names) // 2
         self._aside: Aside[_Worked] | None = None
-        if not lists or len(tensors) < AHEAD_MIN_TENSORS:
+        if not lists or len(names) < AHEAD_MIN_NAMES:
             return
         try:
             # planned here, as the audit would plan them later: the copy starts on the names
@@ -75,7 +78,8 @@ class MatchingAhead:
                 FirstMatch(patterns, where)
         except PatternError:
             return  # refused: the resolver meets the same refusal where it always does
-        self._aside = Aside(lambda: _worked_out(lists, tensors, path))
+        back = names[self._half :]
+        self._aside = Aside(lambda: _worked_out(lists, back, path))
 
     @property
     def forked(self) -> bool:
@@ -83,16 +87,27 @@ class MatchingAhead:
         return self._aside is not None and self._aside.forked
 
     def take(self) -> None:
-        """Each pattern set learns what the copy worked out (nothing where it gave nothing)."""
-        if self._aside is None:
+        """The front half worked out here, then each pattern set learns what each name
+        matches (only the front half where the copy gave nothing)."""
+        if not self.forked:
+            self.close()
             return
-        got = self._aside.next()
+        names = self._names
+        engine_names = list(map(self._path, names)) if self._path is not None else names
+        front = [
+            FirstMatch(patterns, where).shared.worked_out(
+                (engine_names if engine else names)[: self._half]
+            )
+            for patterns, where, engine in self._lists
+        ]
+        got = self._aside.next() if self._aside is not None else None
         self.close()
         if got is None:
-            return
-        names, engine_names, outcomes = got
-        for (patterns, where, engine), worked in zip(self._lists, outcomes, strict=True):
-            FirstMatch(patterns, where).shared.learn(engine_names if engine else names, worked)
+            got = [[None] * (len(names) - self._half)] * len(self._lists)
+        for (patterns, where, engine), here, there in zip(self._lists, front, got, strict=True):
+            FirstMatch(patterns, where).shared.learn(
+                engine_names if engine else names, [*here, *there]
+            )
 
     def close(self) -> None:
         if self._aside is not None:
@@ -101,17 +116,12 @@ class MatchingAhead:
 
 
 def _worked_out(
-    lists: PatternLists, tensors: Sequence[TensorEntry], path: Callable[[str], str] | None
+    lists: PatternLists, names: list[str], path: Callable[[str], str] | None
 ) -> Iterator[_Worked]:
-    """In the copy: the module names the inventory will hold (a name's last dot splits off
-    its operand), the engine's names for them, and each set's outcomes."""
-    names = list(dict.fromkeys(entry[0].rpartition(".")[0] for entry in tensors))
+    """In the copy: what each of ``names`` (the engine's names for them, for the engine's
+    sets) matches, set by set."""
     engine_names = list(map(path, names)) if path is not None else names
-    yield (
-        names,
-        engine_names,
-        [
-            FirstMatch(patterns, where).shared.worked_out(engine_names if engine else names)
-            for patterns, where, engine in lists
-        ],
-    )
+    yield [
+        FirstMatch(patterns, where).shared.worked_out(engine_names if engine else names)
+        for patterns, where, engine in lists
+    ]

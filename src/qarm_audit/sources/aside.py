@@ -14,6 +14,7 @@ worked out here.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import select
@@ -21,28 +22,17 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from typing import BinaryIO, Generic, TypeVar
+from contextlib import suppress
+from io import FileIO
+from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
 
+PIPE_BYTES = 1 << 20
+"""What a child's pipe is asked to hold."""
+
 _LENGTH = 8
 """Each value is sent as its pickle's length (8 bytes, little-endian), then the pickle."""
-
-_running: dict[int, BinaryIO] = {}
-"""The children started and not yet closed: pid -> the pipe they send on."""
-
-
-def busy() -> int:
-    """How many children are at work: started, not yet closed, and with nothing sent yet. A
-    child sends once its work is done (every caller here works all out before sending), so
-    one whose pipe holds a value is taken to be idle, waiting for it to be read."""
-    if not _running:
-        return 0
-    try:
-        sent, _, _ = select.select(list(_running.values()), [], [], 0)
-    except (OSError, ValueError):
-        return len(_running)
-    return len(_running) - len(sent)
 
 
 class Aside(Generic[_T]):
@@ -56,21 +46,11 @@ class Aside(Generic[_T]):
         *,
         fork: bool = True,
         nice: int = 0,
-        standby: bool = False,
     ) -> None:
-        """``nice``: added to the child's nice value, for work whose value is wanted late.
-        ``standby``: the work waits for the caller to give it its part (see
-        :meth:`to_work`); until then the child is not counted as at work (:func:`busy`)."""
-        self._child: tuple[int, BinaryIO] | None = None
+        """``nice``: added to the child's nice value, for work whose value is wanted late."""
+        self._child: tuple[int, FileIO] | None = None
         if fork and can_fork():
             self._child = _start(work, nice)
-            if self._child is not None and not standby:
-                self.to_work()
-
-    def to_work(self) -> None:
-        """The child is at work from now (for a child started on ``standby``)."""
-        if self._child is not None:
-            _running[self._child[0]] = self._child[1]
 
     @property
     def forked(self) -> bool:
@@ -87,16 +67,22 @@ class Aside(Generic[_T]):
             return True
         return bool(readable)
 
+    def fileno(self) -> int:
+        """The pipe the child sends on, to wait on with others (only while :attr:`forked`)."""
+        if self._child is None:
+            raise ValueError("no child")
+        return self._child[1].fileno()
+
     def next(self) -> _T | None:
         if self._child is None:
             return None
         pipe = self._child[1]
         try:
-            head = pipe.read(_LENGTH)
-            body = pipe.read(int.from_bytes(head, "little")) if len(head) == _LENGTH else b""
+            head = _exactly(pipe, _LENGTH)
+            body = _exactly(pipe, int.from_bytes(head, "little")) if head is not None else None
         except OSError:
-            head, body = b"", b""
-        if len(head) < _LENGTH or len(body) < int.from_bytes(head, "little"):
+            body = None
+        if body is None:
             self.close()  # ended, killed, out of memory, or its work failed
             return None
         value: _T = pickle.loads(body)
@@ -108,7 +94,6 @@ class Aside(Generic[_T]):
             return
         pid, pipe = self._child
         self._child = None
-        _running.pop(pid, None)
         pipe.close()  # a child writing now meets a closed pipe and ends
         try:
             if os.waitpid(pid, os.WNOHANG) == (0, 0):
@@ -162,11 +147,30 @@ def can_fork() -> bool:
     )
 
 
-def _start(work: Callable[[], Iterable[object]], nice: int) -> tuple[int, BinaryIO] | None:
+def _exactly(pipe: FileIO, length: int) -> bytearray | None:
+    """``length`` bytes from ``pipe``, or None where it ends first. The pipe is unbuffered, so
+    that what the child has sent and is not read yet is in the pipe, where :meth:`Aside.ready`
+    and a wait on :meth:`Aside.fileno` see it, never in a buffer here."""
+    data = bytearray(length)
+    view = memoryview(data)
+    got = 0
+    while got < length:
+        read = pipe.readinto(view[got:])
+        if not read:
+            return None
+        got += read
+    return data
+
+
+def _start(work: Callable[[], Iterable[object]], nice: int) -> tuple[int, FileIO] | None:
     try:
         read_end, write_end = os.pipe()
     except OSError:  # no file descriptors to spare: the work is done here
         return None
+    # a child sending many values goes on working while the last waits to be read (Linux
+    # holds 64 kB in a pipe by default, and lets an unprivileged process ask for up to 1 MB)
+    with suppress(OSError, AttributeError):
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     try:
         pid = os.fork()
     except OSError:  # no memory or processes to spare: the work is done here
@@ -190,4 +194,4 @@ def _start(work: Callable[[], Iterable[object]], nice: int) -> tuple[int, Binary
             # no exit handler, no flush of the parent's buffers, no teardown: only the values
             os._exit(code)
     os.close(write_end)
-    return pid, os.fdopen(read_end, "rb")
+    return pid, FileIO(read_end, "rb")

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 DECLARATION_FILES = ("config.json", "hf_quant_config.json", "quantization_config.json")
 """Documents that can declare a quantization, read verbatim when present."""
@@ -181,9 +181,17 @@ def settled(checkpoint: Checkpoint) -> Checkpoint:
 
 _T = TypeVar("_T")
 
-Ahead = Callable[[dict[str, str]], None]
-"""Told a folder's declaration documents once they are read, before its index and headers
-are: what depends on the documents alone can start meanwhile."""
+
+class Ahead(Protocol):
+    """Told what reading a folder learns as it goes, so that what depends on that alone can
+    start meanwhile: the declaration documents once they are read, before the index and any
+    header are; then each header of the folder's shards, as it is read (in no set order). The
+    checkpoint may hold a header it was not told (a shard read again, or found by the index
+    alone)."""
+
+    def documents(self, documents: dict[str, str]) -> None: ...
+
+    def header(self, shard: ShardHeader) -> None: ...
 
 
 def run_settled(checkpoint: Checkpoint, run: Callable[[Checkpoint], _T]) -> _T:

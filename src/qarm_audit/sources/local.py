@@ -166,8 +166,8 @@ def read_folder(
     ``prove_aside``: prove the index against the headers in a forked child while the caller
     goes on (``aside.py``); the checkpoint returned is the one read when the proof holds, and
     carries it as ``pending`` for the caller to settle (:func:`~.checkpoint.settled`).
-    ``ahead``: called with the declaration documents once they are read, before the index
-    and any shard's header are."""
+    ``ahead``: told the declaration documents once they are read, before the index and any
+    shard's header are, then each header as it is read."""
     if not root.is_dir():
         raise SourceSpecError(location, "not a directory")
     cache = _cache_repo(root)
@@ -183,12 +183,12 @@ def read_folder(
         if _present(candidate, name):
             documents[name] = read_text(_contained(candidate, allowed, name), name)
     if ahead is not None:
-        ahead(documents)
+        ahead.documents(documents)
     folder = _Folder(origin, documents, root, allowed, location)
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
         raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
-        read = _listed_shards(root, allowed)
+        read = _listed_shards(root, allowed, ahead)
 
         def unproven() -> Checkpoint:
             return _by_index(folder, raw, read)
@@ -292,11 +292,12 @@ def _shards(folder: _Folder, files: list[str], read: dict[str, ShardHeader]) -> 
     return shards
 
 
-def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:
+def _listed_shards(root: Path, allowed: Path, ahead: Ahead | None) -> dict[str, ShardHeader]:
     """The header of every ``.safetensors`` file at the top of the folder that reads cleanly,
-    by name: what an index usually names, read before the index is parsed so that
-    :func:`index_of_headers` can prove the two agree. A file that does not read is left out
-    here; if the index names it, it is read again in the index's order and refused there."""
+    by name, in file-name order (``ahead`` told each as it is read): what an index usually
+    names, read before the index is parsed so that :func:`index_of_headers` can prove the two
+    agree. A file that does not read is left out here; if the index names it, it is read
+    again in the index's order and refused there."""
     try:
         found = sorted(p.name for p in root.glob("*.safetensors"))
     except OSError:
@@ -308,11 +309,13 @@ def _listed_shards(root: Path, allowed: Path) -> dict[str, ShardHeader]:
                 shards.append((file, _contained(root / file, allowed, file)))
         except QarmError:
             continue
-    return {
-        file: header
-        for file, header in read_headers(shards, read_local_shard)
-        if isinstance(header, ShardHeader)
-    }
+    read: dict[str, ShardHeader] = {}
+    for file, header in read_headers(shards, read_local_shard):
+        if isinstance(header, ShardHeader):
+            read[file] = header
+            if ahead is not None:
+                ahead.header(header)
+    return {file: read[file] for file, _ in shards if file in read}
 
 
 def _checkpoint(
