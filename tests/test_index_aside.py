@@ -61,6 +61,24 @@ assert CheckAside(slow).answer() is True and asked == [parent]
 assert time.monotonic() - started < 20
 asked.clear()
 
+# an answer on its way when asked is waited for, while the child gets on with it (at this
+# process's priority here, so that the test's other load cannot starve it)
+from qarm_audit.sources import aside as aside_module
+
+def working(answer):
+    def check():
+        asked.append(os.getpid())
+        if os.getpid() != parent:
+            end = time.process_time() + 0.5
+            while time.process_time() < end:
+                pass
+        return answer
+    return check
+
+aside_module.LATE = 0
+assert CheckAside(working(False)).answer() is False and asked == []
+aside_module.LATE = 19
+
 def dying():
     if os.getpid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)

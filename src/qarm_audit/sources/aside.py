@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from io import FileIO
+from pathlib import Path
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
@@ -67,6 +68,31 @@ class Aside(Generic[_T]):
             return True
         return bool(readable)
 
+    def finishing(self) -> bool:
+        """Whether :meth:`next` has its value, waiting for it while the child gets at least
+        :data:`PROGRESS` of a CPU (the process, waiting, leaves its own CPU free): False for a
+        child starved by a busy machine, or whose use of the CPU cannot be read."""
+        while not self.ready():
+            used = self._cpu_seconds()
+            if used is None:
+                return False
+            select.select([self.fileno()], [], [], PROGRESS_WINDOW)
+            now = self._cpu_seconds()
+            if not self.ready() and (now is None or now - used < PROGRESS * PROGRESS_WINDOW):
+                return False
+        return True
+
+    def _cpu_seconds(self) -> float | None:
+        """The CPU time the child has used, from ``/proc``; None where it cannot be read."""
+        if self._child is None:
+            return None
+        try:
+            stat = Path(f"/proc/{self._child[0]}/stat").read_bytes()
+            fields = stat.rpartition(b")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def fileno(self) -> int:
         """The pipe the child sends on, to wait on with others (only while :attr:`forked`)."""
         if self._child is None:
@@ -106,9 +132,9 @@ class Aside(Generic[_T]):
 class CheckAside:
     """A yes-or-no ``check()`` run aside (:class:`Aside`) whose answer is wanted only at the
     end: the child yields its CPU to the process and to copies whose values are wanted
-    sooner (the highest nice value), and :meth:`answer` takes the child's answer where it is
-    there, else stops the child and runs the check here (a child starved by a busy machine
-    is never waited for). Asked once, the answer is kept."""
+    sooner (the highest nice value), and :meth:`answer` takes the child's answer, waiting for
+    it while the child gets on with it, else stops the child and runs the check here (a child
+    starved by a busy machine is not waited for). Asked once, the answer is kept."""
 
     def __init__(self, check: Callable[[], bool], *, fork: bool = True) -> None:
         self._check = check
@@ -125,7 +151,7 @@ class CheckAside:
 
     def answer(self) -> bool:
         if self._answer is None:
-            answered = self._aside.next() if self._aside.ready() else None
+            answered = self._aside.next() if self._aside.finishing() else None
             self._aside.close()
             self._answer = self._check() if not isinstance(answered, bool) else answered
         return self._answer
@@ -133,6 +159,14 @@ class CheckAside:
 
 LATE = 19
 """The nice value added to a child whose answer is wanted only at the end."""
+
+PROGRESS = 0.2
+"""The share of a CPU a child must get, while the process waits for its answer, to be waited
+for further: less, and a busy machine starves it (at :data:`LATE`), so the process works the
+answer out itself."""
+
+PROGRESS_WINDOW = 0.1
+"""Seconds over which that share is measured (the kernel counts CPU time in 10 ms ticks)."""
 
 
 def can_fork() -> bool:
