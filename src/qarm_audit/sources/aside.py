@@ -8,8 +8,8 @@ out, pickled. What it sends is what the same work gives here: where the copy can
 or gives nothing, the caller does the work itself, so what the audit reports never depends on
 whether it ran aside, or on timing. A check whose answer is wanted only at the end
 (:class:`CheckAside`) runs at the lowest priority, so that copies whose values are wanted
-sooner take the free CPUs first, and is never waited for: not answered when asked, it is
-worked out here.
+sooner take the free CPUs first, and is waited for only while it gets on with its work: starved
+by a busy machine when asked, it is worked out here.
 """
 
 from __future__ import annotations
