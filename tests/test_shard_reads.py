@@ -89,6 +89,28 @@ for copies, fronts in ((1, [0]), (3, [0, 8, 16])):
         pass
     os.set_blocking(go, True)
 
+# the same with the copies' pipes numbered past what select() takes (a process holding many
+# files): the process still waits on them, having read its part
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard == resource.RLIM_INFINITY or hard >= 1200:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100 - len(open_ends()))]
+    try:
+        copies = 1
+        assert outcome(copies, held_back) == itself
+        assert sorted(here) == files[1:], here
+    finally:
+        for end in held:
+            os.close(end)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    os.set_blocking(go, False)
+    try:
+        os.read(go, len(files))
+    except BlockingIOError:
+        pass
+    os.set_blocking(go, True)
+
 def dying(at):
     def read_or_die(path, file):
         if os.getpid() != parent and file == at:

@@ -60,13 +60,7 @@ class Aside(Generic[_T]):
 
     def ready(self) -> bool:
         """Whether :meth:`next` would not wait: a value (or the child's end) is there."""
-        if self._child is None:
-            return True
-        try:
-            readable, _, _ = select.select([self._child[1]], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        return bool(readable)
+        return self._child is None or readable([self._child[1].fileno()], 0)
 
     def finishing(self) -> bool:
         """Whether :meth:`next` has its value, waiting for it while the child gets at least
@@ -76,7 +70,7 @@ class Aside(Generic[_T]):
             used = self._cpu_seconds()
             if used is None:
                 return False
-            select.select([self.fileno()], [], [], PROGRESS_WINDOW)
+            readable([self.fileno()], PROGRESS_WINDOW)
             now = self._cpu_seconds()
             if not self.ready() and (now is None or now - used < PROGRESS * PROGRESS_WINDOW):
                 return False
@@ -179,6 +173,19 @@ def can_fork() -> bool:
         and threading.active_count() == 1
         and threading.current_thread() is threading.main_thread()
     )
+
+
+def readable(pipes: list[int], timeout: float | None) -> bool:
+    """Whether one of ``pipes`` has something to read (or has ended), waiting up to
+    ``timeout`` seconds (None: until one does). ``poll``, not ``select``: a process holding
+    many files has pipes numbered past what ``select`` takes."""
+    poller = select.poll()
+    for pipe in pipes:
+        poller.register(pipe, select.POLLIN)
+    try:
+        return bool(poller.poll(None if timeout is None else timeout * 1000))
+    except OSError:  # interrupted, out of memory: taken as there, and read
+        return True
 
 
 def _exactly(pipe: FileIO, length: int) -> bytearray | None:

@@ -18,7 +18,6 @@ copy that ended early, is read by the process itself, meeting any error where it
 from __future__ import annotations
 
 import os
-import select
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from ..errors import QarmError
-from .aside import Aside, can_fork
+from .aside import Aside, can_fork, readable
 from .checkpoint import ShardHeader, TensorEntry
 
 MIN_SHARDS_PER_READER = 8
@@ -130,7 +129,7 @@ def _wait(runs: list[_Run]) -> None:
     """Until one of ``runs``' copies has sent a shard or ended."""
     pipes = [run.aside.fileno() for run in runs if run.aside.forked]
     if pipes:
-        select.select(pipes, [], [])
+        readable(pipes, None)
 
 
 def _copies(shards: int, cpus: int) -> int:
