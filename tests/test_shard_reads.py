@@ -72,6 +72,7 @@ go, release = os.pipe()
 def held_back(path, file):
     if os.getpid() != parent:
         os.read(go, 1)  # one byte each: let through once the process has read its part
+        time.sleep(0.2)  # by then waiting on the copies' pipes
     else:
         here.append(file)
         if len(here) == len(files) - copies:
