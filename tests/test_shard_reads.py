@@ -69,6 +69,14 @@ for copies in (1, 3):
 # process reads all of them, from the back of the longest run left, and waits for the rest
 go, release = os.pipe()
 
+def drain():  # what the copies did not take, for the next round
+    os.set_blocking(go, False)
+    try:
+        os.read(go, len(files))
+    except BlockingIOError:
+        pass
+    os.set_blocking(go, True)
+
 def held_back(path, file):
     if os.getpid() != parent:
         os.read(go, 1)  # one byte each: let through once the process has read its part
@@ -83,12 +91,7 @@ for copies, fronts in ((1, [0]), (3, [0, 8, 16])):
     assert outcome(copies, held_back) == itself, copies
     assert sorted(here) == [f for n, f in enumerate(files) if n not in fronts], here
     assert here[0] == files[-1], here  # the back first
-    os.set_blocking(go, False)  # what the copies did not take, for the next round
-    try:
-        os.read(go, len(files))
-    except BlockingIOError:
-        pass
-    os.set_blocking(go, True)
+    drain()
 
 # the same with the copies' pipes numbered past what select() takes (a process holding many
 # files): the process still waits on them, having read its part
@@ -105,12 +108,7 @@ if hard == resource.RLIM_INFINITY or hard >= 1200:
         for end in held:
             os.close(end)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    os.set_blocking(go, False)
-    try:
-        os.read(go, len(files))
-    except BlockingIOError:
-        pass
-    os.set_blocking(go, True)
+    drain()
 
 def dying(at):
     def read_or_die(path, file):
@@ -131,7 +129,6 @@ assert outcome(2, failing) == itself
 assert sorted(here) == files, here
 
 # one file descriptor to spare, none for a pipe: no copy, every shard read here, as it reads
-import resource
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, open_ends())) + 8, hard))
 filling = []

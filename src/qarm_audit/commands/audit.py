@@ -269,17 +269,15 @@ def _audit(
     model_config = read_model_config(checkpoint.documents)
     pattern_module = facts.pattern_module if facts is not None else "re"
     rename = engine_rename(model_config, facts)
-    given = modules is not None
+    given = modules is not None  # used as given, and their names not matched aside
+    if modules is None and ahead is not None:
+        modules = ahead.modules(checkpoint.shards)
     if modules is None:
-        grouped = ahead.modules(checkpoint.shards) if ahead is not None else None
-        if grouped is None:
-            grouped = build_inventory(chain.from_iterable(s.tensors for s in checkpoint.shards))
-        modules = grouped
+        modules = build_inventory(chain.from_iterable(s.tensors for s in checkpoint.shards))
     # the re: entries tried on the module names, half of them aside, while the tree is built
+    lists = pattern_lists(declaration, engine_declaration, pattern_module) if not given else []
     matching = MatchingAhead(
-        pattern_lists(declaration, engine_declaration, pattern_module) if not given else [],
-        list(modules),
-        rename.module if rename is not None else None,
+        lists, list(modules) if lists else [], rename.module if rename is not None else None
     )
     try:
         tree = build_tree(modules, model_config, facts)

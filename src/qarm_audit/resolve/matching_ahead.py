@@ -67,7 +67,7 @@ class MatchingAhead:
             lists = list(dict.fromkeys((patterns, where, False) for patterns, where, _ in lists))
         self._lists = lists
         self._names = names
-        self._path = path
+        self._engine_names = names
         self._half = len(names) // 2
         self._aside: Aside[_Worked] | None = None
         if not lists or len(names) < AHEAD_MIN_NAMES:
@@ -78,8 +78,11 @@ class MatchingAhead:
                 FirstMatch(patterns, where)
         except PatternError:
             return  # refused: the resolver meets the same refusal where it always does
-        back = names[self._half :]
-        self._aside = Aside(lambda: _worked_out(lists, back, path))
+        # the engine's names worked out once, before the fork: the copy takes its half of them
+        if path is not None:
+            self._engine_names = list(map(path, names))
+        back, engine_back = names[self._half :], self._engine_names[self._half :]
+        self._aside = Aside(lambda: _worked_out(lists, back, engine_back))
 
     @property
     def forked(self) -> bool:
@@ -92,8 +95,7 @@ class MatchingAhead:
         if not self.forked:
             self.close()
             return
-        names = self._names
-        engine_names = list(map(self._path, names)) if self._path is not None else names
+        names, engine_names = self._names, self._engine_names
         front = [
             FirstMatch(patterns, where).shared.worked_out(
                 (engine_names if engine else names)[: self._half]
@@ -116,11 +118,10 @@ class MatchingAhead:
 
 
 def _worked_out(
-    lists: PatternLists, names: list[str], path: Callable[[str], str] | None
+    lists: PatternLists, names: list[str], engine_names: list[str]
 ) -> Iterator[_Worked]:
-    """In the copy: what each of ``names`` (the engine's names for them, for the engine's
-    sets) matches, set by set."""
-    engine_names = list(map(path, names)) if path is not None else names
+    """In the copy: what each of ``names`` (``engine_names``, the engine's names for them, for
+    the engine's sets) matches, set by set."""
     yield [
         FirstMatch(patterns, where).shared.worked_out(engine_names if engine else names)
         for patterns, where, engine in lists
