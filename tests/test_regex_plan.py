@@ -176,6 +176,9 @@ def test_outcomes_learned_from_a_copy_answer_as_the_names_own(
     worked = copy.shared.worked_out(names)
     # knowing nothing before, it knows nothing after: what it learns next is kept in order
     assert copy.shared.learned_for(names) is None and not copy.shared.memo
+    copy.shared.prime(names)  # primed knowing nothing: kept in order, as worked out
+    if all(n.isascii() and n.isprintable() for n in names):
+        assert copy.shared.learned_for(names) == worked
     expected: list[int | str | None] = []
     for name in names:
         try:
