@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from conftest import write_safetensors
@@ -16,6 +17,9 @@ from qarm_audit.errors import QarmError
 from qarm_audit.report.render_json import render_json
 from qarm_audit.sources import open_source, settled
 from qarm_audit.sources.aside import CheckAside
+from qarm_audit.sources.checkpoint import DerivedIndex
+from qarm_audit.sources.index import holds_as_plain, index_head
+from qarm_audit.sources.local import read_local_shard
 from test_index_of_headers import DISAGREEING, FIRST, INDEX, SECOND, TWO, folder, hub_index
 
 FORKED = """
@@ -213,15 +217,66 @@ def test_the_audits_own_error_stands_where_the_proof_holds(tmp_path: Path) -> No
     assert str(aside.value) == str(sequential.value)
 
 
-def test_a_shard_only_the_optimistic_reading_names_is_left_to_the_index(tmp_path: Path) -> None:
+@pytest.mark.parametrize("total_size", [24, 24.0])
+def test_a_shard_only_the_optimistic_reading_names_is_left_to_the_index(
+    tmp_path: Path, total_size: float
+) -> None:
     """A file beside the shards whose name no index may hold: the optimistic checkpoint, which
-    would name it, fails; the proof fails too, and the checkpoint is the index's."""
-    root = folder(tmp_path, TWO)
+    would name it, fails; the proof fails too, and the checkpoint is the index's. Whether the
+    index is read in windows or, for a float before the weight_map, whole."""
+    root = folder(tmp_path, TWO, total_size=total_size)
     write_safetensors(root / "odd\\name.safetensors", {"z.weight": ("F32", (2,))})
     checkpoint = open_source(str(root), prove_aside=True)
     assert checkpoint == open_source(str(root))
     assert [shard.file for shard in checkpoint.shards] == [FIRST, SECOND]
     assert audit(str(root)).totals.tensors == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "rest", "holds", "kept"),
+    [
+        ("a.weight", {"metadata": {"total_size": 8}}, True, False),
+        ("caf\u00e9.weight", {"metadata": {"total_size": 8}}, False, True),
+        ("del\x7f.weight", {"metadata": {"total_size": 8}}, False, True),
+        ("a.weight", {"metadata": {"total_size": 8, "ratio": 0.5}}, True, True),
+    ],
+)
+def test_an_index_read_in_windows_is_taken_as_plain_and_read_whole_where_it_is_not(
+    tmp_path: Path, name: str, rest: dict[str, object], holds: bool, kept: bool
+) -> None:
+    """The process reads only the index's head and a few windows of it, and takes the text
+    to be ASCII without DEL, which json.dumps writes as orjson does: a name that is not (only
+    the whole text, read by the proof aside, tells) fails the proof, and the checkpoint is the
+    one read whole, keeping the text. A float before the weight_map keeps the text too: the
+    index is then read whole at once, and the proof holds."""
+    write_safetensors(tmp_path / FIRST, {name: ("F32", (2,))})
+    text = orjson.dumps(
+        {**rest, "weight_map": {name: FIRST}}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    ).decode()
+    (tmp_path / INDEX).write_text(text, encoding="utf-8")
+    optimistic = open_source(str(tmp_path), prove_aside=True)
+    plain = open_source(str(tmp_path))
+    read = settled(optimistic)
+    assert (read is optimistic) == holds
+    assert read == plain
+    derived = DerivedIndex(rest=rest, tail="")
+    assert (read.index_text, read.derived_index) == ((text, None) if kept else (None, derived))
+    assert render_json(audit(str(tmp_path))) == render_json(audit(plain))
+
+
+@pytest.mark.parametrize("tail", ["\n", ""])
+def test_an_index_taken_as_plain_holds_only_with_the_end_it_was_taken_to_have(
+    tmp_path: Path, tail: str
+) -> None:
+    """The final newline is read from a window before the proof reads the whole text: a text
+    that ends otherwise when read whole (written again meanwhile) does not hold."""
+    root = folder(tmp_path, TWO, tail=tail)
+    raw = (root / INDEX).read_bytes()
+    head = index_head(raw, [read_local_shard(root / file, file) for file in TWO])
+    assert head is not None
+    rest, named = head
+    assert holds_as_plain(raw, rest, named, DerivedIndex(rest=rest, tail=tail))
+    assert not holds_as_plain(raw, rest, named, DerivedIndex(rest=rest, tail="\n"[: 1 - len(tail)]))
 
 
 # keys in the order a state dict gives them (not sorted), the shards first named in file order

@@ -33,7 +33,9 @@ INDEX = "model.safetensors.index.json"
 FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 
 
-def transformers_index(weight_map: dict[str, str], total_size: int | None, tail: str = "\n") -> str:
+def transformers_index(
+    weight_map: dict[str, str], total_size: float | None, tail: str = "\n"
+) -> str:
     """The text ``transformers`` writes (``save_pretrained``'s sharded index)."""
     document: dict[str, Any] = {"weight_map": weight_map}
     if total_size is not None:
@@ -45,7 +47,7 @@ def folder(
     root: Path,
     shards: dict[str, dict[str, Any]],
     weight_map: dict[str, str] | None = None,
-    total_size: int | None = None,
+    total_size: float | None = None,
     tail: str = "\n",
 ) -> Path:
     for file, tensors in shards.items():

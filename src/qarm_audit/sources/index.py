@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import orjson
@@ -25,6 +25,19 @@ from .header import loads_strict
 
 class _IndexJSONError(HeaderError, ShardIndexError):
     """JSON-level failure inside the index, raised under its index name."""
+
+
+class IndexText(Protocol):
+    """The index's bytes as :func:`index_head` reads them: the bytes themselves, or a file
+    read only where it is looked at (``document_file.py``), bounds at or above 0."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> bytes: ...
+
+    def find(self, sub: bytes, start: int = ..., end: int = ..., /) -> int: ...
+
+    def endswith(self, suffix: bytes, start: int = ..., end: int = ..., /) -> bool: ...
 
 
 def parse_index(text: str, where: str = INDEX_FILE) -> ShardIndex:
@@ -103,7 +116,7 @@ def index_of_headers(
 
 
 def index_head(
-    raw: bytes, shards: Sequence[ShardHeader]
+    raw: IndexText, shards: Sequence[ShardHeader]
 ) -> tuple[dict[str, Any], list[ShardHeader]] | None:
     """What :func:`index_of_headers` reads before it compares: the keys before ``weight_map``
     and the shards with tensors, in the index's order; None where the text cannot be the one
@@ -122,7 +135,7 @@ def index_head(
     return rest, named
 
 
-def _head(raw: bytes) -> tuple[dict[str, Any], int] | None:
+def _head(raw: IndexText) -> tuple[dict[str, Any], int] | None:
     """The keys before ``weight_map``, parsed from the text's head, and where ``weight_map``
     begins; None where the text is not laid out with indent 2 or its head is no JSON object."""
     cut = raw.find(b'\n  "weight_map": {')
@@ -195,7 +208,7 @@ SORT_PROBES = 256
 """Pairs of adjacent weight_map keys compared by :func:`_keys_may_be_sorted`."""
 
 
-def _keys_may_be_sorted(raw: bytes, cut: int, least: str) -> bool:
+def _keys_may_be_sorted(raw: IndexText, cut: int, least: str) -> bool:
     """False where the weight_map after ``cut`` cannot be the one ``transformers`` writes,
     whose keys are sorted: its first key is not ``least`` (the least tensor name), or of
     :data:`SORT_PROBES` pairs of adjacent keys spread over it, one does not rise. An index
@@ -233,7 +246,7 @@ def _keys_may_be_sorted(raw: bytes, cut: int, least: str) -> bool:
     return True
 
 
-def _key_at(raw: bytes, start: int) -> bytes | None:
+def _key_at(raw: IndexText, start: int) -> bytes | None:
     """The key whose text begins at ``start`` (after its opening quote), or None where it is
     spelled with an escape (its bytes then need not sort as the key does)."""
     close = raw.find(b'"', start)
@@ -269,6 +282,32 @@ def proven_index(
     tail = "\n" if raw.endswith(b"\n") else ""  # the proof allows this one, or none
     derived = DerivedIndex(rest=rest, tail=tail) if _dumps_writes_the_same(raw, rest) else None
     return _from_headers(rest, weight_map, named), list(named), derived
+
+
+def proven_as_plain(
+    raw: IndexText, rest: dict[str, Any], named: Sequence[ShardHeader]
+) -> tuple[ShardIndex, list[ShardHeader], DerivedIndex] | None:
+    """:func:`proven_index`'s answer for a text read only where :func:`index_head` looked,
+    taken to be plain (ASCII without DEL), which only the whole text tells: it holds where
+    :func:`holds_as_plain` does. None where ``rest`` holds a float: json.dumps may spell it
+    otherwise than orjson, so the checkpoint keeps the text, which is then read whole."""
+    if _holds_float(rest):
+        return None
+    derived = DerivedIndex(rest=rest, tail="\n" if raw.endswith(b"\n") else "")
+    return _from_headers(rest, HeaderOwners(named), named), list(named), derived
+
+
+def holds_as_plain(
+    raw: bytes, rest: dict[str, Any], named: Sequence[ShardHeader], derived: DerivedIndex
+) -> bool:
+    """Whether :func:`proven_as_plain`'s answer is :func:`index_of_headers`' for the whole
+    text ``raw``: the text is exactly what ``transformers`` writes after ``rest`` for the
+    headers (:func:`written_index`), ends as ``derived`` says, and is plain."""
+    return (
+        written_index(raw, rest, named) is not None
+        and raw.endswith(b"\n") == (derived.tail == "\n")
+        and _dumps_writes_the_same(raw, rest)
+    )
 
 
 def _from_headers(

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import FetchError, QarmError, ShardIndexError, SourceSpecError
 from .aside import CheckAside
@@ -26,20 +27,20 @@ from .checkpoint import (
     ShardHeader,
     ShardIndex,
 )
+from .document_file import DOCUMENT_CAP, DocumentFile, read_document
 from .header import HEADER_CAP, length_prefix, parse_header
 from .index import (
+    holds_as_plain,
     index_head,
     index_in_file_order,
     index_of_headers,
     parse_index,
     parsed_as_assumed,
+    proven_as_plain,
     proven_index,
     written_index,
 )
 from .shard_reads import read_headers
-
-DOCUMENT_CAP = 256 * 1024 * 1024
-"""Largest declaration or index document read (Kimi-class indexes run to tens of MB)."""
 
 READ_CAP = 64 * 1024
 """Largest single tensor-byte read a local source serves (the scalar probe asks for far less)."""
@@ -48,17 +49,6 @@ READ_CAP = 64 * 1024
 def read_text(path: Path, where: str, cap: int = DOCUMENT_CAP) -> str:
     """Read a UTF-8 document, bounded in size."""
     return _decode(read_document(path, where, cap), where)
-
-
-def read_document(path: Path, where: str, cap: int = DOCUMENT_CAP) -> bytes:
-    """Read a document's bytes, bounded in size."""
-    try:
-        size = path.stat().st_size
-        if size > cap:
-            raise SourceSpecError(where, f"{size} bytes is above the {cap}-byte document cap")
-        return path.read_bytes()
-    except OSError as exc:
-        raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
 
 
 def _decode(data: bytes, where: str) -> str:
@@ -187,22 +177,20 @@ def read_folder(
     folder = _Folder(origin, documents, root, allowed, location)
     index_path = root / INDEX_FILE
     if _present(index_path, INDEX_FILE):
-        raw = read_document(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
+        # read where it is looked at: the proof aside reads it whole, where it runs
+        index = DocumentFile(_contained(index_path, allowed, INDEX_FILE), INDEX_FILE)
         read = _listed_shards(root, allowed, ahead)
 
         def unproven() -> Checkpoint:
-            return _by_index(folder, raw, read)
+            return _by_index(folder, index.whole(), read)
 
         if prove_aside:
-            optimistic = _proof_aside(folder, raw, read, unproven)
+            optimistic = _proof_aside(folder, index, read)
             if optimistic is None:
-                optimistic = _parse_aside(folder, raw, read, unproven)
+                optimistic = _parse_aside(folder, index.whole(), read, unproven)
             if optimistic is not None:
                 return optimistic
-        proven = index_of_headers(raw, list(read.values()))
-        if proven is not None:
-            return _proven(folder, raw, proven)
-        return unproven()
+        return _read_index(folder, index.whole(), read)
     if _present(root / SINGLE_FILE, SINGLE_FILE):
         shard_files = [SINGLE_FILE]
     else:
@@ -224,27 +212,56 @@ def _proven(
     return _checkpoint(folder, text, named, index, derived)
 
 
+def _read_index(folder: _Folder, raw: bytes, read: dict[str, ShardHeader]) -> Checkpoint:
+    """The checkpoint of an index read whole: proven against the headers, else parsed."""
+    proven = index_of_headers(raw, list(read.values()))
+    return _proven(folder, raw, proven) if proven is not None else _by_index(folder, raw, read)
+
+
 def _proof_aside(
-    folder: _Folder,
-    raw: bytes,
-    read: dict[str, ShardHeader],
-    unproven: Callable[[], Checkpoint],
+    folder: _Folder, index: DocumentFile, read: dict[str, ShardHeader]
 ) -> Checkpoint | None:
-    """The checkpoint as read when the index proof holds, the proof started aside; None where
+    """The checkpoint as read when the index proof holds, the proof started aside, where
+    the index is read whole; here only its head and a few windows of it are read. None where
     the index cannot be the one proven (it is then parsed, as without ``prove_aside``)."""
-    head = index_head(raw, list(read.values()))
+    head = index_head(index, list(read.values()))
     if head is None:
         return None
     rest, named = head
-    proof = CheckAside(lambda: written_index(raw, rest, named) is not None)
-    pending = PendingProof(holds=proof.answer, otherwise=unproven)
+
+    def here() -> Checkpoint:  # what reading it whole, without the proof aside, gives
+        return _read_index(folder, index.whole(), read)
+
     try:
-        checkpoint = _proven(folder, raw, proven_index(raw, rest, named, HeaderOwners(named)))
+        assumed = proven_as_plain(index, rest, named)
+    except QarmError:  # a shard name no index may hold: met, or not, as reading it whole does
+        return here()
+    if assumed is None:  # a text the checkpoint keeps
+        raw = index.whole()
+        proof = CheckAside(lambda: written_index(raw, rest, named) is not None)
+        try:
+            checkpoint = _proven(folder, raw, proven_index(raw, rest, named, HeaderOwners(named)))
+        except QarmError:
+            if proof.answer():
+                raise  # what reading without the proof aside raises too
+            return here()
+    else:
+        shard_index, _, derived = assumed
+        proof = CheckAside(lambda: _holds_as_plain(index, rest, named, derived))
+        checkpoint = _checkpoint(folder, None, named, shard_index, derived)
+    return replace(checkpoint, pending=PendingProof(holds=proof.answer, otherwise=here))
+
+
+def _holds_as_plain(
+    index: DocumentFile, rest: dict[str, Any], named: list[ShardHeader], derived: DerivedIndex
+) -> bool:
+    """:func:`holds_as_plain` on the index read whole (aside): an index that no longer reads
+    does not hold, and reading it again meets the error."""
+    try:
+        raw = index.whole()
     except QarmError:
-        if proof.answer():
-            raise  # what reading without the proof aside raises too
-        return unproven()
-    return replace(checkpoint, pending=pending)
+        return False
+    return holds_as_plain(raw, rest, named, derived)
 
 
 def _parse_aside(
