@@ -62,8 +62,9 @@ class DocumentFile:
             raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
         if self.size > cap:
             raise SourceSpecError(where, f"{self.size} bytes is above the {cap}-byte document cap")
-        self._head = b""
-        self._head = self._read(0, self._window)
+        self._held: tuple[int, bytes, bool] = (0, b"", False)
+        """The last read: where it began, what it gave, and whether it met the file's end."""
+        self._read(0, self._window)  # the head, and the error reading it gives
 
     def __len__(self) -> int:
         return self.size
@@ -77,7 +78,7 @@ class DocumentFile:
     def find(self, sub: bytes, start: int = 0, end: int | None = None) -> int:
         """``bytes.find``, for bounds at or above 0."""
         end = self.size if end is None else min(end, self.size)
-        at, window = start, self._window
+        at, window = start, max(self._window, len(sub))
         while at + len(sub) <= end:
             stop = min(end, at + window)
             found = self[at:stop].find(sub)
@@ -85,8 +86,8 @@ class DocumentFile:
                 return at + found
             if stop >= end:
                 break
-            at = max(stop - len(sub) + 1, at + 1)  # a match across the window's end is found
-            window = min(window * 2, LARGEST_WINDOW)
+            at = stop - len(sub) + 1  # a match across the window's end is found in the next
+            window = max(min(window * 2, LARGEST_WINDOW), len(sub))
         return -1
 
     def endswith(self, suffix: bytes, start: int = 0, end: int | None = None) -> bool:
@@ -103,13 +104,21 @@ class DocumentFile:
         return self._whole
 
     def _read(self, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end), read in whole windows from a
+        window's edge, the last read kept: the key-order look reads a few keys from each of
+        the places it looks at, and a search goes on from where the last one stopped."""
         if self._whole is not None:
             return self._whole[start : start + length]
-        if start + length <= len(self._head):
-            return self._head[start : start + length]
+        base, held, ended = self._held
+        if base <= start and (ended or start + length <= base + len(held)):
+            return held[start - base : start - base + length]
+        base = start - start % self._window
+        asked = -(-(start + length - base) // self._window) * self._window
         try:
             with self.path.open("rb") as file:
-                file.seek(start)
-                return file.read(length)
+                file.seek(base)
+                held = file.read(asked)
         except OSError as exc:
             raise FetchError(self.where, f"cannot read: {exc.strerror or exc}") from None
+        self._held = (base, held, len(held) < asked)
+        return held[start - base : start - base + length]
