@@ -50,6 +50,22 @@ def test_a_document_read_in_windows_serves_what_its_bytes_give(
     assert document.whole() == data
 
 
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("sub", [b"a", b"ab", b"abc", b"abcdef"])
+def test_a_match_is_found_wherever_it_lies_against_the_windows_edges(
+    tmp_path: Path, window: int, sub: bytes
+) -> None:
+    """Each place a match can take against the windows a search reads (growing from
+    ``window``): before, across and after each edge, and longer than the first window."""
+    for place in range(4 * window + len(sub)):
+        data = b"x" * place + sub + b"x" * window
+        path = tmp_path / f"index-{place}.json"
+        path.write_bytes(data)
+        document = DocumentFile(path, "index.json", window=window)
+        assert document.find(sub) == place
+        assert document.find(sub, 1, len(data)) == data.find(sub, 1, len(data))
+
+
 def test_a_document_above_the_cap_is_refused_where_reading_it_whole_is(tmp_path: Path) -> None:
     path = tmp_path / "index.json"
     path.write_bytes(b"{}" * 10)
