@@ -1,5 +1,5 @@
-"""A compressed-tensors declaration's ``re:`` entries tried on half the module names in a forked
-copy while the process builds the layer tree and tries the other half
+"""A compressed-tensors declaration's ``re:`` entries tried on most of the module names in a
+forked copy while the process builds the layer tree and tries the rest
 (``resolve/matching_ahead.py``): the report, and every error, is what the audit matching every
 name itself gives; and the copy's work is what the audit uses."""
 
@@ -51,8 +51,9 @@ for root in sys.argv[1:]:
     assert aside == itself, root
     name = root.rsplit("/", 1)[1]
     if '"verdict"' in aside and not name.startswith("no-copy-"):
-        # the copy matched the back half of the names the process matched itself before: the
-        # process matched the front half only (on the engine's names, where they differ)
+        # the copy matched the back of the names the process matched itself before: the
+        # process matched its front share only, under half (on the engine's names, where they
+        # differ)
         assert 0 < 2 * sum(primed) <= worked_here, (name, worked_here, primed)
     print(name, aside[:40].replace("\\n", " "))
 """

@@ -1,11 +1,10 @@
-"""A compressed-tensors declaration's ``re:`` entries tried on the module names, half of them
-in a forked copy of the process, while the process builds the layer tree and tries the other
-half.
+"""A compressed-tensors declaration's ``re:`` entries tried on the module names, most of them
+in a forked copy of the process, while the process builds the layer tree and tries the rest.
 
 Trying 500 patterns led by ``.*`` on a quarter of a million module names takes half a second
 even flat in the number of patterns (``matchers.py``), and depends only on the names (the
 engine's, for the engine's view), and the patterns, all known once the modules are grouped.
-The copy (``sources/aside.py``) works out what each name of the back half matches, as the
+The copy (``sources/aside.py``) works out what each name at the back matches, as the
 pattern set would here, and the process takes that as known before it resolves. Nothing
 reported depends on it: a name the copy did not work out (or a copy that could not be made,
 or ended) is worked out here, by the same code.
@@ -24,6 +23,10 @@ from .matchers import FirstMatch
 
 AHEAD_MIN_NAMES = 25_000
 """Fewer names are matched in a fraction of the time a copy takes to start and send."""
+
+FRONT_SHARE = 0.35
+"""The share of the names the process works out itself: less than half, since it first builds
+the layer tree and checks completeness while the copy starts on its share at once."""
 
 PatternLists = list[tuple[tuple[str, ...], str, bool]]
 """(patterns, where, tried on the engine's names) of each pattern set asked: the resolver's on
@@ -68,7 +71,7 @@ class MatchingAhead:
         self._lists = lists
         self._names = names
         self._engine_names = names
-        self._half = len(names) // 2
+        self._front = int(len(names) * FRONT_SHARE)
         self._aside: Aside[_Worked] | None = None
         if not lists or len(names) < AHEAD_MIN_NAMES:
             return
@@ -78,10 +81,10 @@ class MatchingAhead:
                 FirstMatch(patterns, where)
         except PatternError:
             return  # refused: the resolver meets the same refusal where it always does
-        # the engine's names worked out once, before the fork: the copy takes its half of them
+        # the engine's names worked out once, before the fork: the copy takes its share of them
         if path is not None:
             self._engine_names = list(map(path, names))
-        back, engine_back = names[self._half :], self._engine_names[self._half :]
+        back, engine_back = names[self._front :], self._engine_names[self._front :]
         self._aside = Aside(lambda: _worked_out(lists, back, engine_back))
 
     @property
@@ -90,22 +93,22 @@ class MatchingAhead:
         return self._aside is not None and self._aside.forked
 
     def take(self) -> None:
-        """The front half worked out here, then each pattern set learns what each name
-        matches (only the front half where the copy gave nothing)."""
+        """The front share worked out here, then each pattern set learns what each name
+        matches (only the front share where the copy gave nothing)."""
         if not self.forked:
             self.close()
             return
         names, engine_names = self._names, self._engine_names
         front = [
             FirstMatch(patterns, where).shared.worked_out(
-                (engine_names if engine else names)[: self._half]
+                (engine_names if engine else names)[: self._front]
             )
             for patterns, where, engine in self._lists
         ]
         got = self._aside.next() if self._aside is not None else None
         self.close()
         if got is None:
-            got = [[None] * (len(names) - self._half)] * len(self._lists)
+            got = [[None] * (len(names) - self._front)] * len(self._lists)
         for (patterns, where, engine), here, there in zip(self._lists, front, got, strict=True):
             FirstMatch(patterns, where).shared.learn(
                 engine_names if engine else names, [*here, *there]
