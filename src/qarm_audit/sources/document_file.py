@@ -28,13 +28,22 @@ LARGEST_WINDOW = 1 << 20
 
 def read_document(path: Path, where: str, cap: int = DOCUMENT_CAP) -> bytes:
     """Read a document's bytes, bounded in size."""
+    _size(path, where, cap)
     try:
-        size = path.stat().st_size
-        if size > cap:
-            raise SourceSpecError(where, f"{size} bytes is above the {cap}-byte document cap")
         return path.read_bytes()
     except OSError as exc:
         raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _size(path: Path, where: str, cap: int) -> int:
+    """The document's size, refused above ``cap``."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
+    if size > cap:
+        raise SourceSpecError(where, f"{size} bytes is above the {cap}-byte document cap")
+    return size
 
 
 class DocumentFile:
@@ -56,12 +65,7 @@ class DocumentFile:
         self.cap = cap
         self._window = max(window, 1)
         self._whole: bytes | None = None
-        try:
-            self.size = path.stat().st_size
-        except OSError as exc:
-            raise FetchError(where, f"cannot read: {exc.strerror or exc}") from None
-        if self.size > cap:
-            raise SourceSpecError(where, f"{self.size} bytes is above the {cap}-byte document cap")
+        self.size = _size(path, where, cap)
         self._held: tuple[int, bytes, bool] = (0, b"", False)
         """The last read: where it began, what it gave, and whether it met the file's end."""
         self._read(0, self._window)  # the head, and the error reading it gives
