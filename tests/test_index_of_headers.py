@@ -346,3 +346,15 @@ def test_an_index_written_with_crlf_line_ends_is_parsed_not_proven(tmp_path: Pat
     assert checkpoint.shards == lf.shards
     assert lf.parsed_index is not None and lf.parsed_index.from_headers
     assert checkpoint.parsed_index.weight_map == lf.parsed_index.weight_map
+
+
+def test_a_crlf_line_end_before_the_weight_map_is_not_the_writers(tmp_path: Path) -> None:
+    """One CRLF line end, before the weight_map, in a text that ends as the writer's does: the
+    head alone already tells that the writer did not write it (its end does not)."""
+    root = folder(tmp_path, TWO)
+    weight_map = {name: file for file, tensors in TWO.items() for name in tensors}
+    text = transformers_index(weight_map, None).replace("{\n", "{\r\n", 1)
+    raw = text.encode()
+    shards = [read_local_shard(root / f, f) for f in TWO]
+    assert index_head(raw, shards) is None
+    assert index_head(raw.replace(b"\r", b""), shards) is not None
