@@ -7,6 +7,7 @@ and the engine's override for a layer it builds without a quant method."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import count
 from operator import attrgetter
 from typing import Any
 
@@ -211,13 +212,15 @@ class CompressedTensorsResolver:
         exact_target = (
             list(map(get, names, map(get, engines))) if self.target_exact else [None] * len(names)
         )
-        kinds = list(map(_DECISION_KEY, infos))
-        keys = list(zip(exact_ignore, ignored, exact_target, targeted, kinds, strict=True))
-        example = dict(zip(kinds, infos, strict=True))
-        made: dict[tuple[Any, ...], Membership] = {}
-        for key in dict.fromkeys(keys):
-            rule, i, exact_index, j, kind = key
-            info = example[kind]
+        kinds = map(_DECISION_KEY, infos)
+        keys = zip(exact_ignore, ignored, exact_target, targeted, kinds, strict=True)
+        # each distinct key hashed once: numbered by its first module, then looked up by number
+        numbered: dict[tuple[Any, ...], int] = {}
+        numbers = list(map(numbered.setdefault, keys, count()))
+        example = dict(zip(numbers, infos, strict=True))  # a module of each key's kind
+        made: dict[int, Membership] = {}
+        for (rule, i, exact_index, j, _), number in numbered.items():
+            info = example[number]
             own = (
                 Membership(EXCLUDED, "exact", rule)
                 if rule is not None
@@ -225,8 +228,8 @@ class CompressedTensorsResolver:
                 if i is not None
                 else self._target_of(exact_index, j, info)
             )
-            made[key] = engine_membership(own, info)
-        return dict(zip(names, map(made.__getitem__, keys), strict=True))
+            made[number] = engine_membership(own, info)
+        return dict(zip(names, map(made.__getitem__, numbers), strict=True))
 
     def _ignored(self, name: str) -> Membership | None:
         engine = self.path(name) if self.path else name
