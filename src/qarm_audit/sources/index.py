@@ -286,15 +286,16 @@ def proven_index(
 
 def proven_as_plain(
     raw: IndexText, rest: dict[str, Any], named: Sequence[ShardHeader]
-) -> tuple[ShardIndex, list[ShardHeader], DerivedIndex] | None:
-    """:func:`proven_index`'s answer for a text read only where :func:`index_head` looked,
-    taken to be plain (ASCII without DEL), which only the whole text tells: it holds where
+) -> tuple[ShardIndex, DerivedIndex] | None:
+    """:func:`proven_index`'s index and derived index for a text read only where
+    :func:`index_head` looked (its shards are ``named``, in that order), the text taken to be
+    plain (ASCII without DEL), which only the whole text tells: they hold where
     :func:`holds_as_plain` does. None where ``rest`` holds a float: json.dumps may spell it
     otherwise than orjson, so the checkpoint keeps the text, which is then read whole."""
     if _holds_float(rest):
         return None
     derived = DerivedIndex(rest=rest, tail="\n" if raw.endswith(b"\n") else "")
-    return _from_headers(rest, HeaderOwners(named), named), list(named), derived
+    return _from_headers(rest, HeaderOwners(named), named), derived
 
 
 def holds_as_plain(

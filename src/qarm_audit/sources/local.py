@@ -246,7 +246,7 @@ def _proof_aside(
                 raise  # what reading without the proof aside raises too
             return here()
     else:
-        shard_index, _, derived = assumed
+        shard_index, derived = assumed
         proof = CheckAside(lambda: _holds_as_plain(index, rest, named, derived))
         checkpoint = _checkpoint(folder, None, named, shard_index, derived)
     return replace(checkpoint, pending=PendingProof(holds=proof.answer, otherwise=here))
