@@ -196,8 +196,32 @@ def test_outcomes_learned_from_a_copy_answer_as_the_names_own(
     for name in [*others, *names]:
         with contextlib.suppress(PatternError):
             assert matcher.first(name) == plain_loop(compiled, name), (sources, name)
-    assert matcher.shared.learned_for(names) is None  # a name asked alone: now in the memo
+    # a few names asked alone are worked out again: what was learned is kept in order
+    assert (matcher.shared.learned_for(list(names)) is worked) == (None not in worked)
     assert matcher.firsts(names) == got
+
+
+def test_learned_outcomes_are_indexed_once_enough_names_are_asked_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to the bound, a name asked alone is worked out again and the learned outcomes stay
+    in order; past it they are indexed, and every answer stays the same."""
+    monkeypatch.setattr(matchers, "ASKED_BEFORE_INDEXING", 3)
+    sources = [r"a\.\d+\.x", r".*\.y"]
+    names = ["a.1.x", "b.2.y", "a.3.x", "c"]
+    matchers._pattern_set.cache_clear()
+    worked = FirstMatch(sources, "targets").shared.worked_out(names)
+    matchers._pattern_set.cache_clear()
+    matcher = FirstMatch(sources, "targets")
+    matcher.shared.learn(names, worked)
+    answers = [0, 1, 0, None]
+    for asked, name in enumerate(["a.9.x", "q.y", "zz"], start=1):
+        assert matcher.first(name) == [0, 1, None][asked - 1]
+        assert matcher.shared.learned_for(names) is worked, asked
+    assert [matcher.first(n) for n in names[:1]] == answers[:1]  # the fourth: indexed now
+    assert matcher.shared.learned_for(names) is None
+    assert matcher.firsts(names) == answers
+    assert [matcher.first(n) for n in names] == answers
 
 
 @PROPERTY

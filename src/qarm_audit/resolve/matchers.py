@@ -27,6 +27,11 @@ from .regex_plan import Plan, plan, re2_match, re2_match_many
 
 MAX_PATTERN_LENGTH = 4096
 MEMO_CAP = 1 << 22
+
+ASKED_BEFORE_INDEXING = 4096
+"""Names asked one by one while outcomes learned in bulk are kept in order (``_learned``) are
+worked out again, up to this many: a fused layer's few hundred names cost less so than
+indexing a quarter million learned ones; past it, the learned ones are indexed."""
 """Names whose outcome one pattern set remembers (a million-tensor checkpoint has ~250k)."""
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
 """A quantified group whose body ends in a quantifier: the shape of catastrophic backtracking."""
@@ -160,9 +165,11 @@ class _PatternSet:
         self._memo: dict[str, _Outcome] = {}
         self._learned: tuple[list[str], list[_Outcome]] | None = None
         """Names and their outcomes in the names' order, as :meth:`learn` took them or
-        :meth:`prime` worked them out for names none of which were known, kept so until a name
-        is asked on its own: a caller asking about the same names in the same order
-        (:meth:`learned_for`) reads them as they are."""
+        :meth:`prime` worked them out for names none of which were known, kept so until
+        :data:`ASKED_BEFORE_INDEXING` names are asked on their own: a caller asking about the
+        same names in the same order (:meth:`learned_for`) reads them as they are."""
+        self._asked_aside = 0
+        """Names asked on their own (:meth:`outcome`) while ``_learned`` was kept."""
         self.plans = [plan_user_regex(p, where) for p in self.patterns]
         self.python: dict[int, re.Pattern[str]] = {}
         """Python's compiled patterns, made where first needed (re2 takes most names)."""
@@ -238,7 +245,11 @@ class _PatternSet:
         """Every pattern that matches ``name`` and every one that refuses it (by number),
         each tried once per name: the resolver and the producer view ask for the same
         names, each in its own order."""
-        memo = self.memo
+        if self._learned is not None and self._asked_aside < ASKED_BEFORE_INDEXING:
+            self._asked_aside += 1
+            memo = self._memo  # the learned names are not indexed yet: worked out again
+        else:
+            memo = self.memo
         known = memo.get(name)
         if known is not None:
             return known
@@ -307,6 +318,7 @@ class _PatternSet:
             memo.update(zip(todo, outcomes, strict=True))
         else:  # nothing known before: kept in order, for a caller asking about these names
             self._learned = (todo, outcomes)
+            self._asked_aside = 0
 
     def worked_out(self, names: list[str]) -> list[_Outcome | None]:
         """What each of ``names`` matches, as :meth:`prime` works it out (None for a name it
@@ -329,6 +341,7 @@ class _PatternSet:
             return
         if not self._memo and None not in outcomes:
             self._learned = (names, cast("list[_Outcome]", outcomes))  # looked up if asked
+            self._asked_aside = 0
             return
         if None in outcomes:
             self.memo.update((n, o) for n, o in zip(names, outcomes, strict=True) if o is not None)
