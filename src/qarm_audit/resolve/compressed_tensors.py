@@ -94,16 +94,18 @@ class CompressedTensorsResolver:
         """One membership per ignore pattern."""
 
     def run(self) -> Resolution:
-        decided = self._at_once()
-        if decided is None:
+        at_once = self._at_once()
+        if at_once is None:
             self._one_by_one()
         else:
             # every module's own decision; then each fused layer's one decision for its shards
-            self.out.memberships = decided
+            self.out.memberships, decisions, decided = at_once
             for engine_name, members in engine_layers(_fused_layers(self.modules)).items():
                 if is_fused_layer(members):
                     self._fused(engine_name, members)
-            self.out.findings.extend(experts_disagreements(self.modules, decided))
+            self.out.findings.extend(
+                experts_disagreements(self.modules, self.out.memberships, decisions, decided)
+            )
         self.out.unmatched = [t for t in self.target_exact if "." in t and t not in self.modules]
         return self.out
 
@@ -186,12 +188,13 @@ class CompressedTensorsResolver:
                 return Membership(self.rules.targets[target], "class", target)
         return None
 
-    def _at_once(self) -> dict[str, Membership] | None:
+    def _at_once(self) -> tuple[dict[str, Membership], list[int], dict[int, Membership]] | None:
         """Each module's own decision (:meth:`_ignored`, else :meth:`_target`, then the
         engine's override), made once per distinct combination of what decides it: the
         ignore and target each name matches first, exact entries naming it, and its layer's
-        kind and class. None where some name meets a refusing pattern: then module by module,
-        which raises the refusal the engine's order meets first."""
+        kind and class. Returned with each module's decision by number, in module order, and
+        each number's membership. None where some name meets a refusing pattern: then module by
+        module, which raises the refusal the engine's order meets first."""
         names = list(self.modules)
         infos = list(self.modules.values())
         engines = list(map(self.path, names)) if self.path else names
@@ -229,7 +232,7 @@ class CompressedTensorsResolver:
                 else self._target_of(exact_index, j, info)
             )
             made[number] = engine_membership(own, info)
-        return dict(zip(names, map(made.__getitem__, numbers), strict=True))
+        return dict(zip(names, map(made.__getitem__, numbers), strict=True)), numbers, made
 
     def _ignored(self, name: str) -> Membership | None:
         engine = self.path(name) if self.path else name

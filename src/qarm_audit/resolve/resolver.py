@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
@@ -175,23 +175,34 @@ def experts_disagree(
 
 
 def experts_disagreements(
-    modules: Mapping[str, ModuleInfo], memberships: Mapping[str, Membership]
+    modules: Mapping[str, ModuleInfo],
+    memberships: Mapping[str, Membership],
+    decisions: Sequence[int],
+    decided: Mapping[int, Membership],
 ) -> list[Finding]:
     """:func:`experts_disagree` of every experts layer, looked at only where its modules'
-    buckets differ (found for all layers at once, in C)."""
-    experts = [info for info in modules.values() if info.engine_name.endswith(".experts")]
-    names = list(map(_NAME, experts))
-    layers = list(map(_ENGINE_NAME, experts))
-    pairs = dict.fromkeys(
-        zip(layers, map(bucket_of, map(memberships.__getitem__, names)), strict=True)
-    )
-    mixed: dict[str, list[ModuleInfo]] = {
-        layer: [] for layer, count in Counter(map(_FIRST, pairs)).items() if count > 1
+    buckets differ. ``decisions`` numbers each module's decision, in module order, and
+    ``decided`` is each number's membership: what ``memberships`` holds for every module of
+    an experts layer (a fused layer, decided again, is never one). A MoE's quarter million
+    experts make a few distinct (layer, decision) pairs, found for all layers at once in C."""
+    infos = modules.values()
+    pairs = dict.fromkeys(zip(map(_ENGINE_NAME, infos), decisions, strict=True))
+    several = {
+        layer
+        for layer, count in Counter(map(_FIRST, pairs)).items()
+        if count > 1 and layer.endswith(".experts")
     }
+    if not several:
+        return []
+    buckets: dict[str, set[str]] = {layer: set() for layer in several}
+    for layer, number in pairs:
+        if layer in several:
+            buckets[layer].add(decided[number].bucket)
+    mixed: dict[str, list[ModuleInfo]] = {layer: [] for layer in several if len(buckets[layer]) > 1}
     if mixed:  # each mixed layer's experts, in one pass over them
-        for info, layer in zip(experts, layers, strict=True):
-            if layer in mixed:
-                mixed[layer].append(info)
+        for info in infos:
+            if info.engine_name in mixed:
+                mixed[info.engine_name].append(info)
     found = (experts_disagree(layer, members, memberships) for layer, members in mixed.items())
     return [f for f in found if f is not None]
 
