@@ -689,6 +689,15 @@ def test_vllm_vision_tower_bypass_module_excluded_and_mixed_flip_it(tmp_path: Pa
     assert [a.modules for a in report.arms if a.scheme == "NVFP4"] == [7]  # 6 MLP + the tower
 
 
+def test_vllm_modules_alike_split_by_each_name_string_a_rule_reads(tmp_path: Path) -> None:
+    """Two towers named by two of the strings the rules read, alike to the language model's
+    modules: each is decided by its own name, not by the first module alike to it."""
+    towers = ["model.vision_tower.blocks.0.attn.proj", "model.vision_model.blocks.0.attn.proj"]
+    path = single(tmp_path, "NVFP4", nvfp4_static, extra={**vision(towers[0]), **vision(towers[1])})
+    rows = [a for a in audit(str(path), gpu="sm100").arms if a.scheme == "NVFP4"]
+    assert {(a.executed, a.modules) for a in rows} == {("W4A4-NVFP4", 14), ("unquantized", 2)}
+
+
 def spell_mixed_static(module: str, out: int, inp: int) -> dict[str, Any]:
     if module.rsplit(".", 1)[1] in ATTN:
         return fp8_modelopt(module, out, inp)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter, contains
+from itertools import compress, repeat
+from operator import attrgetter, contains, not_
 
 from ..check.alike import Alike, group_alike
 from ..check.crosscheck import contract
@@ -228,8 +228,21 @@ class Decider:
         if not self._contains:
             return [members]
         names = list(map(_NAME, members))
+        # a string no name holds is not in them joined either: one search each rules most out
+        joined = "\n".join(names)
+        held = [s for s in self._contains if s in joined]
+        if not held:
+            return [members]
         # column by column in C: whether each name holds each string
-        marks = list(zip(*(map(contains, names, repeat(s)) for s in self._contains), strict=True))
+        columns = [list(map(contains, names, repeat(s))) for s in held]
+        if len(columns) == 1:  # two chunks at most, each taken in C
+            column = columns[0]
+            if column.count(True) in (0, len(column)):
+                return [members]
+            holding = list(compress(members, column))
+            lacking = list(compress(members, map(not_, column)))
+            return [holding, lacking] if column[0] else [lacking, holding]
+        marks = list(zip(*columns, strict=True))
         if len(set(marks)) == 1:
             return [members]
         chunks: dict[tuple[bool, ...], list[ModuleInfo]] = {}
@@ -453,12 +466,19 @@ def arm_rows(
         first_name = chunks[0][0].name
         if decider.splits and len(chunks) > 1:
             # a split group's chunks need not come in module order; find the row's first
-            position = position or {name: i for i, name in enumerate(modules)}
+            position = position or _order_of(modules, groups.values())
             first_name = min((chunk[0].name for chunk in chunks), key=position.__getitem__)
         findings.extend(
             _row_findings(profile, decider, scheme_name, decision, label, first_name, total)
         )
     return rows, findings
+
+
+def _order_of(modules: Iterable[str], rows: Iterable[list[list[ModuleInfo]]]) -> dict[str, int]:
+    """The first module of each chunk of every row of several chunks, numbered in module
+    order: the order of a few hundred names, found in C among a quarter million."""
+    firsts = {chunk[0].name for chunks in rows if len(chunks) > 1 for chunk in chunks}
+    return {name: i for i, name in enumerate(compress(modules, map(firsts.__contains__, modules)))}
 
 
 def _row_findings(
