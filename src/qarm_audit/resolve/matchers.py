@@ -27,12 +27,13 @@ from .regex_plan import Plan, plan, re2_match, re2_match_many
 
 MAX_PATTERN_LENGTH = 4096
 MEMO_CAP = 1 << 22
+"""Names whose outcome one pattern set remembers (a million-tensor checkpoint has ~250k)."""
 
 ASKED_BEFORE_INDEXING = 4096
 """Names asked one by one while outcomes learned in bulk are kept in order (``_learned``) are
 worked out again, up to this many: a fused layer's few hundred names cost less so than
 indexing a quarter million learned ones; past it, the learned ones are indexed."""
-"""Names whose outcome one pattern set remembers (a million-tensor checkpoint has ~250k)."""
+
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)\s*[+*{]")
 """A quantified group whose body ends in a quantifier: the shape of catastrophic backtracking."""
 

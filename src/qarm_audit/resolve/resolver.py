@@ -187,18 +187,21 @@ def experts_disagreements(
     experts make a few distinct (layer, decision) pairs, found for all layers at once in C."""
     infos = modules.values()
     pairs = dict.fromkeys(zip(map(_ENGINE_NAME, infos), decisions, strict=True))
-    several = {
-        layer
+    # the experts layers of several decisions, in the order of their first module
+    buckets: dict[str, set[str]] = {
+        layer: set()
         for layer, count in Counter(map(_FIRST, pairs)).items()
         if count > 1 and layer.endswith(".experts")
     }
-    if not several:
+    if not buckets:
         return []
-    buckets: dict[str, set[str]] = {layer: set() for layer in several}
     for layer, number in pairs:
-        if layer in several:
-            buckets[layer].add(decided[number].bucket)
-    mixed: dict[str, list[ModuleInfo]] = {layer: [] for layer in several if len(buckets[layer]) > 1}
+        held = buckets.get(layer)
+        if held is not None:
+            held.add(decided[number].bucket)
+    mixed: dict[str, list[ModuleInfo]] = {
+        layer: [] for layer, held in buckets.items() if len(held) > 1
+    }
     if mixed:  # each mixed layer's experts, in one pass over them
         for info in infos:
             if info.engine_name in mixed:
