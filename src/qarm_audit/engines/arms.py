@@ -9,7 +9,7 @@ shipped view (the spelling and the tensor names).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, contains, not_
@@ -474,9 +474,10 @@ def arm_rows(
     return rows, findings
 
 
-def _order_of(modules: Iterable[str], rows: Iterable[list[list[ModuleInfo]]]) -> dict[str, int]:
+def _order_of(modules: Collection[str], rows: Iterable[list[list[ModuleInfo]]]) -> dict[str, int]:
     """The first module of each chunk of every row of several chunks, numbered in module
-    order: the order of a few hundred names, found in C among a quarter million."""
+    order: the order of a few hundred names, found in C among a quarter million (``modules``
+    is gone through twice, so it is a collection, not an iterator)."""
     firsts = {chunk[0].name for chunks in rows if len(chunks) > 1 for chunk in chunks}
     return {name: i for i, name in enumerate(compress(modules, map(firsts.__contains__, modules)))}
 
