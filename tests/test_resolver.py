@@ -352,6 +352,24 @@ def test_ct_producer_asks_an_ignore_pattern_only_where_compressed_tensors_does()
     assert (decided.bucket, decided.how, decided.rule) == ("excluded", "exact", "Linear")
 
 
+def test_producer_engine_disagreements_pair_each_module_with_its_own_memberships() -> None:
+    """The engine's view may come in another order than the modules': each module is
+    compared with its own membership, whatever order either is in."""
+    from qarm_audit.resolve.producer import disagreements
+    from qarm_audit.resolve.resolver import Membership
+
+    modules = build_inventory(entries("a.q", "a.k", "b.o"))
+    quantized, excluded = Membership("g", "regex", "re:.*"), Membership("excluded", "exact", "a.q")
+    producer = [quantized, quantized, quantized]
+    for engine in (
+        {"a.q": excluded, "a.k": quantized, "b.o": quantized},
+        {"b.o": quantized, "a.k": quantized, "a.q": excluded},
+    ):
+        found = disagreements(producer, engine, modules, "compressed-tensors", "vllm")
+        assert [(f.code, f.module) for f in found] == [("producer-engine-disagree", "a.q")]
+        assert found[0].message.startswith("a.q: compressed-tensors resolves it g (regex")
+
+
 def test_ct_broken_pattern_is_refused_by_name() -> None:
     with pytest.raises(PatternError, match="does not compile"):
         resolved(ct({"g": {**FP8_GROUP, "targets": ["re:([a-z"]}}), entries(*MLP), "config.json")

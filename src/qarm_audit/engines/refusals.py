@@ -7,6 +7,8 @@ parameter; config groups it drops; transforms it does not apply. The declared KV
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import compress
+from operator import attrgetter
 
 from ..declarations import CompressedTensorsRules, Declaration, Scheme
 from ..findings import Finding, finding
@@ -104,6 +106,9 @@ def _loads(error: LayerError, scheme: Scheme) -> bool:
     )
 
 
+_LAYER_KIND = attrgetter("layer_kind")
+
+
 def layer_refusals(
     profile: Profile,
     declaration: Declaration,
@@ -112,10 +117,13 @@ def layer_refusals(
 ) -> list[Finding]:
     """``no-arm`` for each module whose engine layer the profile's layer errors refuse."""
     out = []
+    infos = list(modules.values()) if profile.layer_errors else []
     for error in profile.layer_errors:
-        for info in modules.values():
+        # the few layers of the error's kinds found in C: a MoE has a quarter million modules
+        kinds = frozenset(error.layer_kind)
+        for info in compress(infos, map(kinds.__contains__, map(_LAYER_KIND, infos))):
             membership = memberships.get(info.name)
-            if info.layer_kind not in error.layer_kind or membership is None:
+            if membership is None:
                 continue
             scheme = declared_scheme(declaration, membership)
             if scheme is None:

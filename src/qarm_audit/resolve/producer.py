@@ -228,8 +228,11 @@ def disagreements(
     by_layer: dict[str, list[tuple[str, Membership]]] = {}
     unquantized = (EXCLUDED, UNLISTED)
     names = list(modules)
-    # the modules whose buckets differ found in C: a MoE has a quarter million, most agree
-    engine_buckets = map(bucket_of, map(engine.__getitem__, names))
+    # the modules whose buckets differ found in C: a MoE has a quarter million, most agree;
+    # the engine's view read in its own order where that is the modules' (the resolver's is),
+    # which a quarter million lookups would cost four times over
+    in_order = engine.values() if list(engine) == names else map(engine.__getitem__, names)
+    engine_buckets = map(bucket_of, in_order)
     differ = compress(
         zip(names, producer, strict=True), map(ne, map(bucket_of, producer), engine_buckets)
     )
