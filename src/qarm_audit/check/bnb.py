@@ -9,9 +9,12 @@ never read: headers only.
 
 from __future__ import annotations
 
-from ..declarations.bitsandbytes import BLOCKSIZE, NESTED_BLOCKSIZE
+from ..declarations import Scheme
 from ..findings import Finding, finding
 from ..modules.inventory import ModuleInfo
+
+NESTED_BLOCKSIZE = 256
+"""The double-quant ``quantize_blockwise`` of the absmax: one nested absmax per 256."""
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -21,8 +24,12 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def bnb_4bit_shapes(info: ModuleInfo, scheme_name: str) -> list[Finding]:
-    """Every 4-bit operand whose element count disagrees with the packed weight's."""
+def bnb_4bit_shapes(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
+    """Every 4-bit operand whose element count disagrees with the packed weight's: one absmax
+    per the scheme's group (bitsandbytes' blocksize, read from the scheme so that an audit of
+    another format never builds the bitsandbytes declaration's models)."""
+    scheme_name, blocksize = scheme.name, scheme.group_size
+    assert blocksize is not None  # a bitsandbytes 4-bit scheme is declared with its blocksize
     weight = info.operands.get("weight")
     if weight is None or weight.dtype != "U8":
         return []  # refused by the contract by operand
@@ -36,7 +43,7 @@ def bnb_4bit_shapes(info: ModuleInfo, scheme_name: str) -> list[Finding]:
                 tensor=weight.name,
             )
         ]
-    blocks = -(-(weight.shape[0] * 2) // BLOCKSIZE)
+    blocks = -(-(weight.shape[0] * 2) // blocksize)
     expected = {
         "weight.absmax": blocks,
         "weight.quant_map": 16,

@@ -450,7 +450,7 @@ def _check_contract(info: ModuleInfo, scheme: Scheme) -> list[Finding]:
                 )
             )
     if scheme.producer == "bitsandbytes" and scheme.weight_bits == 4:
-        out.extend(bnb_4bit_shapes(info, scheme.name))
+        out.extend(bnb_4bit_shapes(info, scheme))
     if scheme.producer == "gptq":
         out.extend(gptq_shapes(info, scheme))
     if scheme.producer == "awq":

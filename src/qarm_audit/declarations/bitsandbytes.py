@@ -24,8 +24,6 @@ BOTH_FLAGS = (
 
 BLOCKSIZE = 64
 """bitsandbytes' ``quantize_4bit`` default: one absmax per 64 weights (transformers passes none)."""
-NESTED_BLOCKSIZE = 256
-"""The double-quant ``quantize_blockwise`` of the absmax: one nested absmax per 256."""
 
 
 class BnbConfig(BaseModel):
