@@ -52,7 +52,7 @@ for root in sys.argv[1:]:
     name = root.rsplit("/", 1)[1]
     if '"verdict"' in aside and not name.startswith("no-copy-"):
         # the copy matched the back of the names the process matched itself before: the
-        # process matched its front share only, under half (on the engine's names, where they
+        # process matched its front share only, half at most (on the engine's names, where they
         # differ)
         assert 0 < 2 * sum(primed) <= worked_here, (name, worked_here, primed)
     print(name, aside[:40].replace("\\n", " "))

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import write_safetensors
 from processes import run_alone
-from qarm_audit.sources import shard_reads
+from qarm_audit.sources import aside, shard_reads
 from qarm_audit.sources.checkpoint import ShardHeader
 from qarm_audit.sources.local import read_local_shard
 from qarm_audit.sources.shard_reads import read_headers
@@ -260,16 +260,16 @@ def test_a_containers_cpu_quota_bounds_the_copies(
     v1: tuple[str, str] | None,
     cpus: int,
 ) -> None:
-    monkeypatch.setattr(shard_reads.os, "sched_getaffinity", lambda _pid: set(range(8)))
-    monkeypatch.setattr(shard_reads, "CPU_MAX", tmp_path / "cpu.max")
-    monkeypatch.setattr(shard_reads, "CFS_QUOTA", tmp_path / "quota")
-    monkeypatch.setattr(shard_reads, "CFS_PERIOD", tmp_path / "period")
+    monkeypatch.setattr(aside.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(aside, "CPU_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(aside, "CFS_QUOTA", tmp_path / "quota")
+    monkeypatch.setattr(aside, "CFS_PERIOD", tmp_path / "period")
     if cpu_max is not None:
         (tmp_path / "cpu.max").write_text(cpu_max)
     if v1 is not None:
         (tmp_path / "quota").write_text(v1[0])
         (tmp_path / "period").write_text(v1[1])
-    assert shard_reads._cpus() == cpus
+    assert aside.usable_cpus() == cpus
 
 
 def test_without_copies_every_shard_is_read_here_in_order(tmp_path: Path) -> None:

@@ -188,6 +188,36 @@ def readable(pipes: list[int], timeout: float | None) -> bool:
         return True
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on, no more than a container's CPU quota allows."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cpu_quota()
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CFS_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+CFS_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+
+
+def _cpu_quota() -> int | None:
+    """The CPU quota of the cgroup a container sees as its own (``docker --cpus``: cgroup v2's
+    ``cpu.max``, v1's CFS quota and period), in whole CPUs rounded up; None where there is
+    none or it cannot be read. The CPUs the process may run on do not show it."""
+    try:
+        if CPU_MAX.exists():
+            quota, _, period = CPU_MAX.read_text().partition(" ")
+        else:
+            quota, period = CFS_QUOTA.read_text(), CFS_PERIOD.read_text()
+        allowed, each = int(quota), int(period)
+    except (OSError, ValueError):  # "max": no quota
+        return None
+    return -(-allowed // each) if allowed > 0 and each > 0 else None
+
+
 def _exactly(pipe: FileIO, length: int) -> bytearray | None:
     """``length`` bytes from ``pipe``, or None where it ends first. The pipe is unbuffered, so
     that what the child has sent and is not read yet is in the pipe, where :meth:`Aside.ready`

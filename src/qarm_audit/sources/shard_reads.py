@@ -17,7 +17,6 @@ copy that ended early, is read by the process itself, meeting any error where it
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from ..errors import QarmError
-from .aside import Aside, can_fork, readable
+from .aside import Aside, can_fork, readable, usable_cpus
 from .checkpoint import ShardHeader, TensorEntry
 
 MIN_SHARDS_PER_READER = 8
@@ -54,7 +53,7 @@ def read_headers(
 
     ``copies``: how many forked copies read alongside the process (by default one per CPU but
     the process's own, fewer for few shards)."""
-    wanted = _copies(len(shards), _cpus()) if copies is None else copies
+    wanted = _copies(len(shards), usable_cpus()) if copies is None else copies
     if wanted <= 0 or not can_fork():
         yield from _read_here(shards, read)
         return
@@ -135,36 +134,6 @@ def _wait(runs: list[_Run]) -> None:
 def _copies(shards: int, cpus: int) -> int:
     """One per CPU but the process's own, each (and the process) with enough shards."""
     return max(0, min(cpus - 1, MAX_COPIES, shards // MIN_SHARDS_PER_READER - 1))
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on, no more than a container's CPU quota allows."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    quota = _cpu_quota()
-    return max(1, min(cpus, quota)) if quota is not None else cpus
-
-
-CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-CFS_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-CFS_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
-
-
-def _cpu_quota() -> int | None:
-    """The CPU quota of the cgroup a container sees as its own (``docker --cpus``: cgroup v2's
-    ``cpu.max``, v1's CFS quota and period), in whole CPUs rounded up; None where there is
-    none or it cannot be read. The CPUs the process may run on do not show it."""
-    try:
-        if CPU_MAX.exists():
-            quota, _, period = CPU_MAX.read_text().partition(" ")
-        else:
-            quota, period = CFS_QUOTA.read_text(), CFS_PERIOD.read_text()
-        allowed, each = int(quota), int(period)
-    except (OSError, ValueError):  # "max": no quota
-        return None
-    return -(-allowed // each) if allowed > 0 and each > 0 else None
 
 
 def _runs(total: int, readers: int) -> list[int]:
