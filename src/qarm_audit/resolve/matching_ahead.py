@@ -76,8 +76,7 @@ class MatchingAhead:
         self._lists = lists
         self._names = names
         self._engine_names = names
-        share = FRONT_SHARE if usable_cpus() > 2 else FRONT_SHARE_SHARED
-        self._front = int(len(names) * share)
+        self._front = 0
         self._aside: Aside[_Worked] | None = None
         if not lists or len(names) < AHEAD_MIN_NAMES:
             return
@@ -90,6 +89,8 @@ class MatchingAhead:
         # the engine's names worked out once, before the fork: the copy takes its share of them
         if path is not None:
             self._engine_names = list(map(path, names))
+        share = FRONT_SHARE if usable_cpus() > 2 else FRONT_SHARE_SHARED
+        self._front = int(len(names) * share)
         back, engine_back = names[self._front :], self._engine_names[self._front :]
         self._aside = Aside(lambda: _worked_out(lists, back, engine_back))
 
