@@ -272,6 +272,23 @@ def test_a_containers_cpu_quota_bounds_the_copies(
     assert aside.usable_cpus() == cpus
 
 
+def test_a_header_sent_by_a_copy_is_the_header_parsed(tmp_path: Path) -> None:
+    """What a copy sends for a header gives that header back, whatever its names hold: names
+    go as one string split at line breaks only where no name holds one. Deterministic, where
+    the copies' own test leaves to timing which shard a copy parses."""
+    names = {
+        "odd\nname.weight": ("BF16", [2]),
+        'q"uote.w': ("I8", [3]),
+        "é.x": ("U8", []),
+        "plain.weight": ("F32", [1, 2]),
+    }
+    for held in (names, {n: v for n, v in names.items() if "\n" not in n}, {}):
+        shard = tmp_path / f"{len(held)}.safetensors"
+        write_safetensors(shard, held, metadata={"format": "pt"})
+        header = read_local_shard(shard, shard.name)
+        assert shard_reads._header(shard.name, shard_reads._columns(header)) == header
+
+
 def test_without_copies_every_shard_is_read_here_in_order(tmp_path: Path) -> None:
     for number in range(3):
         write_safetensors(tmp_path / f"{number}.safetensors", {"a.weight": ("F32", [number])})
