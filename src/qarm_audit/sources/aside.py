@@ -9,7 +9,8 @@ or gives nothing, the caller does the work itself, so what the audit reports nev
 whether it ran aside, or on timing. A check whose answer is wanted only at the end
 (:class:`CheckAside`) runs at the lowest priority, so that copies whose values are wanted
 sooner take the free CPUs first, and is waited for only while it gets on with its work: starved
-by a busy machine when asked, it is worked out here.
+by a busy machine when asked, it is worked out here. :func:`usable_cpus` (a container's CPU
+quota included) is what callers size their copies and their own share of the work by.
 """
 
 from __future__ import annotations
